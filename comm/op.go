@@ -1,0 +1,147 @@
+package comm
+
+import (
+	"fmt"
+	"time"
+)
+
+// OpType names a collective or point-to-point operation, with the c10d
+// OpType spelling in String ("ALLREDUCE", "BROADCAST", ...).
+type OpType uint8
+
+// Operation kinds as they reach an engine. List forms, object collectives and
+// V-variants are lowered by ProcessGroup to these.
+const (
+	OpAllReduce OpType = iota + 1
+	OpBroadcast
+	OpReduce
+	OpAllGather     // equal counts; see Op for the buffer forms
+	OpAllGatherV    // per-rank counts in Op.RecvCounts
+	OpReduceScatter // equal counts
+	OpReduceScatterV
+	OpAllToAll // Op.SendCounts / Op.RecvCounts give the splits
+	OpGather
+	OpScatter
+	OpBarrier
+	OpSend
+	OpRecv
+	OpCoalesced // Op.Children run as one unit, one Work (coalescing, BatchP2P)
+)
+
+var opNames = [...]string{"INVALID", "ALLREDUCE", "BROADCAST", "REDUCE", "ALLGATHER", "ALLGATHER_V",
+	"REDUCE_SCATTER", "REDUCE_SCATTER_V", "ALLTOALL", "GATHER", "SCATTER", "BARRIER", "SEND", "RECV", "COALESCED"}
+
+var opTitles = [...]string{"Invalid", "AllReduce", "Broadcast", "Reduce", "AllGather", "AllGatherV",
+	"ReduceScatter", "ReduceScatterV", "AllToAll", "Gather", "Scatter", "Barrier", "Send", "Recv", "Coalesced"}
+
+// String is c10d's OpType name, e.g. "ALLREDUCE".
+func (t OpType) String() string {
+	if t < OpAllReduce || t > OpCoalesced {
+		return fmt.Sprintf("OP(%d)", uint8(t))
+	}
+	return opNames[t]
+}
+
+// Title is the Go-style name used in messages, e.g. "AllReduce".
+func (t OpType) Title() string {
+	if t < OpAllReduce || t > OpCoalesced {
+		return fmt.Sprintf("Op(%d)", uint8(t))
+	}
+	return opTitles[t]
+}
+
+// IsP2P reports whether t is Send or Recv (which use the P2P sequence).
+func (t OpType) IsP2P() bool { return t == OpSend || t == OpRecv }
+
+// AnySource as Op.Peer of a Recv receives from whichever rank sends first
+// (torch.distributed.recv with src=None).
+const AnySource = -1
+
+// Op is the descriptor of one operation as the communicator actor hands it
+// to a Backend. Ranks are group ranks. Counts are in elements.
+//
+// Buffer forms (c is the per-rank count, n the group size):
+//   - AllReduce, Broadcast, Reduce: In[0], in place. Reduce leaves non-root buffers unchanged.
+//   - AllGather: In[0] (c); Out is one buffer of n·c or n buffers of c.
+//   - AllGatherV: In[0] (RecvCounts[rank]); Out is one buffer of sum(RecvCounts) or n buffers.
+//   - ReduceScatter: In is one buffer of n·c or n buffers of c; Out[0] (c).
+//   - ReduceScatterV: like ReduceScatter with RecvCounts[i] the count of rank i's chunk.
+//   - AllToAll: In with SendCounts[i] elements for rank i, Out with RecvCounts[i]
+//     from rank i; each either one flat buffer or n buffers.
+//   - Gather: In[0]; on the root Out is one buffer of n·c or n buffers (nil elsewhere).
+//   - Scatter: on the root In is one buffer of n·c or n buffers (nil elsewhere); Out[0].
+//   - Barrier: no buffers.
+//   - Send: In[0] to Peer with Tag. Recv: Out[0] from Peer (or AnySource) with Tag.
+//   - Coalesced: Children, executed in order as one unit.
+type Op struct {
+	FP         Fingerprint
+	Type       OpType
+	Reduce     ReduceOp // for reductions; already mapped with ForDType
+	Root       int      // group rank of the root, for rooted ops
+	Peer       int      // group rank of the peer for Send/Recv, or AnySource
+	Tag        int      // user tag for Send/Recv
+	In, Out    []Buffer
+	SendCounts []int // AllToAll
+	RecvCounts []int // AllGatherV, ReduceScatterV, AllToAll
+	Children   []*Op // Coalesced
+	Timeout    time.Duration
+}
+
+// Chunk returns piece i of a list-or-flat buffer set: bufs[i] when there
+// are several buffers, else the slice of bufs[0] at counts' prefix sum (or
+// i·per if counts is nil).
+func Chunk(bufs []Buffer, i int, counts []int, per int) Buffer {
+	if len(bufs) > 1 {
+		return bufs[i]
+	}
+	if counts == nil {
+		return bufs[0].Slice(i*per, per)
+	}
+	off := 0
+	for j := 0; j < i; j++ {
+		off += counts[j]
+	}
+	return bufs[0].Slice(off, counts[i])
+}
+
+// Fingerprint identifies one op across ranks: every message of the op
+// carries it, and a rank that receives a different one fails with
+// ErrMismatch. Group is a 64-bit hash of the group's name (GroupHash).
+type Fingerprint struct {
+	Group  uint64
+	Epoch  uint32
+	Seq    uint64 // collective seq, or the P2P seq for Send/Recv
+	Op     OpType
+	DType  DType
+	RedOp  RedOpType
+	Count  int64 // elements per rank (In[0] for most ops)
+	Root   int32 // root for rooted ops, peer for P2P, else -1
+}
+
+// String reads like "seq 7 AllReduce(float32×1024)" or
+// "seq 7 Broadcast(float32×1024, root 0)".
+func (f Fingerprint) String() string {
+	args := fmt.Sprintf("%v×%d", f.DType, f.Count)
+	switch f.Op {
+	case OpBroadcast, OpReduce, OpGather, OpScatter:
+		args += fmt.Sprintf(", root %d", f.Root)
+	case OpSend, OpRecv:
+		args += fmt.Sprintf(", peer %d", f.Root)
+	case OpBarrier:
+		args = ""
+	}
+	if f.RedOp != 0 && (f.Op == OpAllReduce || f.Op == OpReduce || f.Op == OpReduceScatter || f.Op == OpReduceScatterV) {
+		args += ", " + f.RedOp.String()
+	}
+	return fmt.Sprintf("seq %d %s(%s)", f.Seq, f.Op.Title(), args)
+}
+
+// GroupHash is the 64-bit FNV-1a hash of a group name, used as Fingerprint.Group.
+func GroupHash(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return h
+}

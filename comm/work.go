@@ -1,0 +1,134 @@
+package comm
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Work is the handle of one asynchronous operation, as c10d's Work: wait
+// for it, poll it, read its error and timings. A Work completes exactly
+// once; later completions are ignored. Safe for concurrent use.
+type Work struct {
+	op     OpType
+	seq    atomic.Uint64
+	source atomic.Int64 // sending rank of a Recv (AnySource resolves here)
+	done   chan struct{}
+	once   sync.Once
+	err    error
+
+	created   time.Time
+	started   atomic.Int64 // unix nanos
+	completed atomic.Int64 // unix nanos
+}
+
+// Timings are a Work's timestamps; zero values mean "not yet".
+type Timings struct {
+	Created   time.Time // when the ProcessGroup method was called
+	Started   time.Time // when the engine began executing it
+	Completed time.Time // when it completed or failed
+}
+
+// NewWork returns an incomplete Work for op. Engines and the communicator
+// actor create Works; callers receive them from ProcessGroup methods.
+func NewWork(op OpType) *Work {
+	w := &Work{op: op, done: make(chan struct{}), created: time.Now()}
+	w.source.Store(-1)
+	return w
+}
+
+// FailedWork returns a Work already completed with err (bad input, closed group).
+func FailedWork(op OpType, err error) *Work {
+	w := NewWork(op)
+	w.Complete(err)
+	return w
+}
+
+// Wait blocks until the Work completes or ctx ends, and returns the Work's
+// error (nil on success) or ctx's error. A ctx that ends does not cancel the
+// op: it stays in flight under the watchdog. c10d: Work.wait().
+func (w *Work) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+	}
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Done is closed when the Work completes.
+func (w *Work) Done() <-chan struct{} { return w.done }
+
+// IsCompleted reports whether the Work has completed (c10d is_completed).
+func (w *Work) IsCompleted() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Err is the Work's error once it completed; nil while it is in flight or
+// if it succeeded.
+func (w *Work) Err() error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+// Seq is the op's sequence number in its group (the P2P sequence for
+// Send/Recv), assigned by the communicator actor when it schedules the op;
+// 0 before that and for ops rejected for bad input.
+func (w *Work) Seq() uint64 { return w.seq.Load() }
+
+// SetSeq records the sequence number; called by the communicator actor.
+func (w *Work) SetSeq(seq uint64) { w.seq.Store(seq) }
+
+// OpType is the kind of operation.
+func (w *Work) OpType() OpType { return w.op }
+
+// Source is the group rank a Recv received from (useful with AnySource);
+// -1 for other ops or before completion.
+func (w *Work) Source() int { return int(w.source.Load()) }
+
+// SetSource records a Recv's sending rank; called by engines before Complete.
+func (w *Work) SetSource(rank int) { w.source.Store(int64(rank)) }
+
+// MarkStarted records the time the engine began the op; called by engines.
+func (w *Work) MarkStarted() { w.started.CompareAndSwap(0, time.Now().UnixNano()) }
+
+// Complete finishes the Work with err (nil for success). Only the first call
+// has an effect; it returns whether this call completed the Work. Called by
+// engines, the actor and the watchdog.
+func (w *Work) Complete(err error) bool {
+	first := false
+	w.once.Do(func() {
+		w.err = err
+		w.completed.Store(time.Now().UnixNano())
+		close(w.done)
+		first = true
+	})
+	return first
+}
+
+// Timings returns the Work's timestamps.
+func (w *Work) Timings() Timings {
+	t := Timings{Created: w.created}
+	if s := w.started.Load(); s != 0 {
+		t.Started = time.Unix(0, s)
+	}
+	if c := w.completed.Load(); c != 0 {
+		t.Completed = time.Unix(0, c)
+	}
+	return t
+}
