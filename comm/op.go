@@ -145,3 +145,27 @@ func GroupHash(name string) uint64 {
 	}
 	return h
 }
+
+// OpConfig holds per-op settings gathered from OpOptions.
+type OpConfig struct {
+	// Timeout overrides the group's timeout for this op (0: the group's).
+	Timeout time.Duration
+}
+
+// OpOption sets a per-op setting on a ProcessGroup call.
+type OpOption func(*OpConfig)
+
+// WithOpTimeout overrides the group timeout for one op (c10d: the timeout
+// argument of a collective; here it also bounds P2P).
+func WithOpTimeout(d time.Duration) OpOption { return func(c *OpConfig) { c.Timeout = d } }
+
+// ApplyOpOptions folds opts into an OpConfig.
+func ApplyOpOptions(opts []OpOption) OpConfig {
+	var c OpConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	return c
+}
