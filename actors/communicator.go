@@ -1,0 +1,232 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Observer is told about every op the communicator actor schedules, on the
+// actor's goroutine, after the op's sequence number and fingerprint are set
+// and before Backend.Launch. The watchdog (deadline registration), the
+// flight recorder ("scheduled" entries) and the event publisher implement
+// it. Scheduled must return quickly and must not block on w; it may watch
+// w.Done() from another goroutine. c10d: the work-enqueue hooks of
+// ProcessGroupNCCL (flight recorder record, watchdog work list).
+type Observer interface {
+	Scheduled(op *comm.Op, w *comm.Work)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(op *comm.Op, w *comm.Work)
+
+// Scheduled calls f.
+func (f ObserverFunc) Scheduled(op *comm.Op, w *comm.Work) { f(op, w) }
+
+// Observers fans Scheduled out to each non-nil observer, in order.
+type Observers []Observer
+
+// Scheduled calls every observer.
+func (os Observers) Scheduled(op *comm.Op, w *comm.Work) {
+	for _, o := range os {
+		if o != nil {
+			o.Scheduled(op, w)
+		}
+	}
+}
+
+// CommunicatorConfig configures NewCommunicator.
+type CommunicatorConfig struct {
+	// Group is the process group's name (hashed into fingerprints with
+	// comm.GroupHash) and Epoch its communicator epoch.
+	Group string
+	Epoch uint32
+	// Observer, if not nil, sees every scheduled op.
+	Observer Observer
+	// Log is the logger, already carrying rank fields.
+	Log zerolog.Logger
+	// Dispatcher runs the actor's mailbox loop. nil selects protoactor's
+	// synchronized dispatcher: a Submit that finds the actor idle runs the
+	// loop on the caller's goroutine (draining every queued message, still
+	// one at a time in mailbox order), which saves the goroutine hand-off
+	// per op and keeps launch overhead near 1 µs. This is safe because
+	// Backend.Launch and Observer.Scheduled never block. Pass
+	// actor.NewDefaultDispatcher(300) to run the loop on its own goroutine.
+	Dispatcher actor.Dispatcher
+}
+
+// Communicator is the communicator actor of one process group on one
+// device (c10d: the ProcessGroupNCCL object with its work queue). It owns
+// the group's engine and its sequence counters. ProcessGroup methods reach
+// it through Submit, one mailbox message per op; the actor handles messages
+// one at a time in mailbox order, so the order ops reach the mailbox is the
+// order they get sequence numbers and are launched on the engine.
+//
+// It implements comm.Launcher. Safe for concurrent use.
+type Communicator struct {
+	system  *actor.ActorSystem
+	pid     *actor.PID
+	backend comm.Backend
+	group   string
+	log     zerolog.Logger
+	state   *commActor
+
+	mu       sync.RWMutex // guards closed against Submit's mailbox sends
+	closed   bool
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// launchMsg is the one message per op.
+type launchMsg struct {
+	op *comm.Op
+	w  *comm.Work
+}
+
+// stopMsg drains the mailbox: the actor closes done when it reaches it,
+// after every launch posted before Close.
+type stopMsg struct{ done chan struct{} }
+
+// commActor is the actor's state. Only the actor goroutine writes it; the
+// counters are atomics so that LastSeq/LastP2PSeq may read them anywhere.
+type commActor struct {
+	backend  comm.Backend
+	group    string
+	hash     uint64
+	epoch    uint32
+	observer Observer
+	log      zerolog.Logger
+	seq      atomic.Uint64 // last collective seq assigned
+	p2pSeq   atomic.Uint64 // last P2P seq assigned
+}
+
+// NewCommunicator spawns the communicator actor for a connected backend in
+// system. The actor owns backend from now on: Close closes it.
+func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg CommunicatorConfig) (*Communicator, error) {
+	if system == nil || backend == nil {
+		return nil, fmt.Errorf("%w: NewCommunicator needs an actor system and a backend", comm.ErrInvalidArgument)
+	}
+	if cfg.Group == "" {
+		return nil, fmt.Errorf("%w: NewCommunicator: CommunicatorConfig.Group is empty", comm.ErrInvalidArgument)
+	}
+	log := cfg.Log.With().Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Logger()
+	st := &commActor{
+		backend:  backend,
+		group:    cfg.Group,
+		hash:     comm.GroupHash(cfg.Group),
+		epoch:    cfg.Epoch,
+		observer: cfg.Observer,
+		log:      log,
+	}
+	// The producer returns the same state on a restart, so a supervisor
+	// restart never resets the sequence counters.
+	disp := cfg.Dispatcher
+	if disp == nil {
+		disp = actor.NewSynchronizedDispatcher(300)
+	}
+	props := actor.PropsFromProducer(func() actor.Actor { return st }, actor.WithDispatcher(disp))
+	pid := system.Root.SpawnPrefix(props, fmt.Sprintf("comm-%s-e%d-", cfg.Group, cfg.Epoch))
+	return &Communicator{system: system, pid: pid, backend: backend, group: cfg.Group, log: log, state: st}, nil
+}
+
+// Submit posts op to the actor's mailbox (comm.Launcher). After Close, w
+// fails with comm.ErrClosed.
+func (c *Communicator) Submit(op *comm.Op, w *comm.Work) {
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		w.Complete(fmt.Errorf("%w: communicator of group %q is closed (%v)", comm.ErrClosed, c.group, op.Type))
+		return
+	}
+	c.system.Root.Send(c.pid, &launchMsg{op: op, w: w})
+	c.mu.RUnlock()
+}
+
+// Abort aborts the engine: in-flight and later ops fail with an error
+// wrapping comm.ErrAborted and reason (comm.Launcher). Called directly, not
+// through the mailbox, so it is not stuck behind queued launches.
+func (c *Communicator) Abort(reason error) {
+	c.log.Warn().AnErr("reason", reason).Msg("aborting communicator")
+	c.backend.Abort(reason)
+}
+
+// Close stops accepting ops, lets the actor launch every op already in its
+// mailbox, stops the actor and closes the backend (whose in-flight ops fail
+// with ErrClosed). If ctx ends first the engine is aborted and closed
+// anyway and ctx's error is returned. Idempotent (comm.Launcher).
+func (c *Communicator) Close(ctx context.Context) error {
+	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		done := make(chan struct{})
+		c.system.Root.Send(c.pid, &stopMsg{done: done})
+		var waitErr error
+		select {
+		case <-done:
+		case <-ctx.Done():
+			waitErr = fmt.Errorf("closing the communicator of group %q: mailbox not drained: %w", c.group, ctx.Err())
+			c.backend.Abort(waitErr)
+		}
+		c.system.Root.Stop(c.pid)
+		c.stopErr = errors.Join(waitErr, c.backend.Close())
+		c.log.Debug().Uint64("seq", c.state.seq.Load()).Uint64("p2p_seq", c.state.p2pSeq.Load()).Msg("communicator closed")
+	})
+	return c.stopErr
+}
+
+// Backend is the engine the actor owns.
+func (c *Communicator) Backend() comm.Backend { return c.backend }
+
+// PID is the actor's process id in its actor system.
+func (c *Communicator) PID() *actor.PID { return c.pid }
+
+// LastSeq is the last collective sequence number assigned (0: none yet).
+func (c *Communicator) LastSeq() uint64 { return c.state.seq.Load() }
+
+// LastP2PSeq is the last P2P sequence number assigned (0: none yet).
+func (c *Communicator) LastP2PSeq() uint64 { return c.state.p2pSeq.Load() }
+
+// Receive handles the actor's messages.
+func (a *commActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *launchMsg:
+		a.launch(m.op, m.w)
+	case *stopMsg:
+		close(m.done)
+	}
+}
+
+// launch assigns the sequence number, completes the fingerprint, tells the
+// observer and launches on the engine. A panicking engine fails the op's
+// Work with an *EngineError instead of taking the actor down.
+func (a *commActor) launch(op *comm.Op, w *comm.Work) {
+	var seq uint64
+	if comm.UsesP2PSeq(op) {
+		seq = a.p2pSeq.Add(1)
+	} else {
+		seq = a.seq.Add(1)
+	}
+	op.FP.Group, op.FP.Epoch, op.FP.Seq = a.hash, a.epoch, seq
+	for _, ch := range op.Children {
+		ch.FP.Group, ch.FP.Epoch, ch.FP.Seq = a.hash, a.epoch, seq
+	}
+	w.SetSeq(seq)
+	if a.observer != nil {
+		a.observer.Scheduled(op, w)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			a.log.Error().Interface("panic", r).Str("op", op.FP.String()).Msg("engine panicked in Launch")
+			w.Complete(&comm.EngineError{Engine: a.backend.Name(), Rank: a.backend.Rank(), FP: op.FP, Msg: fmt.Sprintf("panic in Launch: %v", r)})
+		}
+	}()
+	a.backend.Launch(op, w)
+}

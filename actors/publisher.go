@@ -1,0 +1,286 @@
+package actors
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+)
+
+// EventsLevel selects which events a rank publishes (RANKTREE_EVENTS).
+// The zero value is EventsAll.
+type EventsLevel uint8
+
+// Event levels.
+const (
+	// EventsAll publishes every event (the default).
+	EventsAll EventsLevel = iota
+	// EventsErrors publishes only error events (see IsErrorEvent).
+	EventsErrors
+	// EventsOff publishes nothing, not even drop reports.
+	EventsOff
+)
+
+// ParseEventsLevel parses "all", "errors" or "off" (case-insensitive; ""
+// means all). Any other value is an error wrapping ErrBadEventsLevel.
+func ParseEventsLevel(s string) (EventsLevel, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "all":
+		return EventsAll, nil
+	case "errors", "error":
+		return EventsErrors, nil
+	case "off", "none":
+		return EventsOff, nil
+	}
+	return EventsAll, fmt.Errorf("%w %q (want all, errors or off)", ErrBadEventsLevel, s)
+}
+
+// ErrBadEventsLevel is returned by ParseEventsLevel for an unknown level.
+var ErrBadEventsLevel = errors.New("actors: invalid events level")
+
+// String is the level's RANKTREE_EVENTS spelling.
+func (l EventsLevel) String() string {
+	switch l {
+	case EventsAll:
+		return "all"
+	case EventsErrors:
+		return "errors"
+	case EventsOff:
+		return "off"
+	}
+	return fmt.Sprintf("EventsLevel(%d)", uint8(l))
+}
+
+// Allows reports whether an event passes the level.
+func (l EventsLevel) Allows(ev *Event) bool {
+	switch l {
+	case EventsAll:
+		return true
+	case EventsErrors:
+		return IsErrorEvent(ev)
+	}
+	return false
+}
+
+// IsErrorEvent reports whether ev is published at level "errors": a failed
+// Work, a communicator abort, a watchdog action, a restart, a drop report,
+// or any event carrying an error text.
+func IsErrorEvent(ev *Event) bool {
+	switch ev.Kind {
+	case KindCommAbort, KindWatchdog, KindRestart, KindDrops:
+		return true
+	case KindWork:
+		if ev.State == StateFailed {
+			return true
+		}
+	}
+	return ev.Error != ""
+}
+
+// Publisher is where events go: a *nats.Conn satisfies it. Publish must not
+// block for long (nats.Conn buffers and returns).
+type Publisher interface {
+	Publish(subj string, data []byte) error
+}
+
+// DefaultEventBuffer is the publisher's default bound on queued events.
+const DefaultEventBuffer = 4096
+
+// PublisherConfig configures an EventPublisher.
+type PublisherConfig struct {
+	// Job is the job name used in subjects (required; no '.', '*', '>' or blanks).
+	Job string
+	// Rank is the global rank of this process; it overrides Event.Rank.
+	Rank int
+	// Level filters events (RANKTREE_EVENTS).
+	Level EventsLevel
+	// Buffer bounds the events queued and not yet published (0: DefaultEventBuffer).
+	// Emit drops events beyond it and counts them.
+	Buffer int
+	// Log receives publish failures (rate-limited to one per second).
+	Log zerolog.Logger
+	// Now is the clock stamped on events with a zero Time (nil: time.Now).
+	Now func() time.Time
+}
+
+// EventPublisher is the event publisher actor of one rank. Emit hands it
+// events from any goroutine without ever blocking (a launch must not wait on
+// NATS); the actor marshals them to JSON and publishes each on
+// EventSubject(job, rank, kind). When more than Buffer events are queued,
+// Emit drops the event and counts it; the actor then publishes a KindDrops
+// event whose Dropped field is the running total of dropped events.
+//
+// The actor goroutine is the only caller of the Publisher. The counters are
+// atomics read by anyone.
+type EventPublisher struct {
+	cfg PublisherConfig
+	pub Publisher
+
+	system *actor.ActorSystem
+	pid    *actor.PID
+
+	queued     atomic.Int64
+	dropped    atomic.Uint64
+	published  atomic.Uint64
+	failed     atomic.Uint64
+	reportSent atomic.Bool
+	closed     atomic.Bool
+
+	// Owned by the actor goroutine.
+	reported uint64
+	lastLog  time.Time
+}
+
+// dropReport asks the actor to publish the drop count.
+type dropReport struct{}
+
+// NewEventPublisher validates cfg and returns an unstarted publisher; call
+// Start to spawn its actor. It returns an error for an empty or malformed Job
+// or a negative Buffer.
+func NewEventPublisher(pub Publisher, cfg PublisherConfig) (*EventPublisher, error) {
+	if pub == nil {
+		return nil, errors.New("actors: NewEventPublisher: nil Publisher")
+	}
+	if cfg.Job == "" || strings.ContainsAny(cfg.Job, ".*> \t\r\n") {
+		return nil, fmt.Errorf("actors: NewEventPublisher: job %q is empty or not a NATS subject token", cfg.Job)
+	}
+	if cfg.Buffer < 0 {
+		return nil, fmt.Errorf("actors: NewEventPublisher: negative buffer %d", cfg.Buffer)
+	}
+	if cfg.Buffer == 0 {
+		cfg.Buffer = DefaultEventBuffer
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &EventPublisher{cfg: cfg, pub: pub}, nil
+}
+
+// Props returns the actor's props, for a supervisor that spawns it as a child.
+// The actor's state lives in p, so a restart after a panic keeps the counters.
+func (p *EventPublisher) Props() *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return (*publisherActor)(p) })
+}
+
+// Start spawns the actor under parent (nil: the system's root) and returns
+// its PID. Emit may be called only after Start.
+func (p *EventPublisher) Start(system *actor.ActorSystem, parent actor.SpawnerContext) *actor.PID {
+	if parent == nil {
+		parent = system.Root
+	}
+	p.system = system
+	p.pid = parent.Spawn(p.Props())
+	return p.pid
+}
+
+// PID is the actor's PID (nil before Start).
+func (p *EventPublisher) PID() *actor.PID { return p.pid }
+
+// Emit queues ev for publishing and returns at once. Events the level
+// filters out are ignored; events beyond the buffer, or emitted after Close,
+// are dropped and counted. Job, Rank and (if zero) Time are filled in.
+// Safe for concurrent use.
+func (p *EventPublisher) Emit(ev Event) {
+	if !p.cfg.Level.Allows(&ev) {
+		return
+	}
+	if p.closed.Load() || p.pid == nil {
+		p.dropped.Add(1)
+		return
+	}
+	if p.queued.Add(1) > int64(p.cfg.Buffer) {
+		p.queued.Add(-1)
+		p.dropped.Add(1)
+		if p.reportSent.CompareAndSwap(false, true) {
+			p.system.Root.Send(p.pid, dropReport{})
+		}
+		return
+	}
+	ev.Job, ev.Rank = p.cfg.Job, p.cfg.Rank
+	if ev.Time.IsZero() {
+		ev.Time = p.cfg.Now()
+	}
+	p.system.Root.Send(p.pid, ev)
+}
+
+// Dropped is the number of events dropped so far (buffer full, publish
+// failures, emitted after Close).
+func (p *EventPublisher) Dropped() uint64 { return p.dropped.Load() }
+
+// Published is the number of events (drop reports included) published.
+func (p *EventPublisher) Published() uint64 { return p.published.Load() }
+
+// Close stops accepting events, lets the actor publish what is queued, and
+// stops it. It returns an error if that takes longer than timeout (the
+// actor is then stopped without draining). Idempotent.
+func (p *EventPublisher) Close(timeout time.Duration) error {
+	if !p.closed.CompareAndSwap(false, true) || p.pid == nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	f := p.system.Root.PoisonFuture(p.pid)
+	go func() { done <- f.Wait() }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(timeout):
+		p.system.Root.Stop(p.pid)
+		return fmt.Errorf("actors: event publisher did not drain within %v (%d events queued)", timeout, p.queued.Load())
+	}
+}
+
+// publisherActor is EventPublisher's actor face.
+type publisherActor EventPublisher
+
+// Receive implements actor.Actor.
+func (a *publisherActor) Receive(ctx actor.Context) {
+	p := (*EventPublisher)(a)
+	switch m := ctx.Message().(type) {
+	case Event:
+		p.queued.Add(-1)
+		p.publish(&m)
+		p.reportDrops()
+	case dropReport:
+		p.reportSent.Store(false)
+		p.reportDrops()
+	case *actor.Stopping:
+		p.reportDrops()
+	}
+}
+
+func (p *EventPublisher) publish(ev *Event) {
+	data, err := json.Marshal(ev)
+	if err == nil {
+		err = p.pub.Publish(EventSubject(p.cfg.Job, p.cfg.Rank, ev.Kind), data)
+	}
+	if err != nil {
+		p.failed.Add(1)
+		p.dropped.Add(1)
+		if now := time.Now(); now.Sub(p.lastLog) >= time.Second {
+			p.lastLog = now
+			p.cfg.Log.Warn().Err(err).Int("rank", p.cfg.Rank).Str("kind", ev.Kind).
+				Uint64("failed", p.failed.Load()).Msg("event publish failed")
+		}
+		return
+	}
+	p.published.Add(1)
+}
+
+// reportDrops publishes a KindDrops event if drops happened since the last
+// report. A failed report is itself counted and reported next time.
+func (p *EventPublisher) reportDrops() {
+	if p.cfg.Level == EventsOff {
+		return
+	}
+	n := p.dropped.Load()
+	if n == p.reported {
+		return
+	}
+	p.reported = n
+	p.publish(&Event{Job: p.cfg.Job, Rank: p.cfg.Rank, Kind: KindDrops, Time: p.cfg.Now(), Dropped: n})
+}

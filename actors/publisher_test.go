@@ -1,0 +1,284 @@
+package actors
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// recordingPublisher records publishes; while gate is non-nil, Publish
+// blocks until gate is closed.
+type recordingPublisher struct {
+	mu    sync.Mutex
+	subj  []string
+	evs   []Event
+	gate  chan struct{}
+	fail  bool
+	calls chan struct{}
+}
+
+func (r *recordingPublisher) Publish(subj string, data []byte) error {
+	if r.calls != nil {
+		select {
+		case r.calls <- struct{}{}:
+		default:
+		}
+	}
+	if r.gate != nil {
+		<-r.gate
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fail {
+		return errors.New("nats: connection closed")
+	}
+	var ev Event
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return err
+	}
+	r.subj = append(r.subj, subj)
+	r.evs = append(r.evs, ev)
+	return nil
+}
+
+func (r *recordingPublisher) events() ([]string, []Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.subj...), append([]Event(nil), r.evs...)
+}
+
+func newTestPublisher(t *testing.T, pub Publisher, cfg PublisherConfig) *EventPublisher {
+	t.Helper()
+	p, err := NewEventPublisher(pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }))
+	p.Start(sys, nil)
+	t.Cleanup(func() { _ = p.Close(5 * time.Second) })
+	return p
+}
+
+func TestPublisherPublishesJSONOnSubject(t *testing.T) {
+	rec := &recordingPublisher{}
+	p := newTestPublisher(t, rec, PublisherConfig{Job: "job1", Rank: 3})
+	p.Emit(Event{Kind: KindWork, Group: "default_pg", Seq: 1, Op: "ALLREDUCE", State: StateScheduled, DType: "float32", Count: 8})
+	p.Emit(Event{Kind: KindWork, Group: "default_pg", Seq: 1, Op: "ALLREDUCE", State: StateCompleted, DurUS: 12.5})
+	p.Emit(Event{Kind: KindCommInit, Group: "default_pg", Rank: 99})
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	subj, evs := rec.events()
+	if len(evs) != 3 {
+		t.Fatalf("published %d events, want 3: %v", len(evs), subj)
+	}
+	wantSubj := []string{"ranktree.job1.events.3.work", "ranktree.job1.events.3.work", "ranktree.job1.events.3.comm_init"}
+	for i := range evs {
+		if subj[i] != wantSubj[i] {
+			t.Errorf("event %d on %q, want %q", i, subj[i], wantSubj[i])
+		}
+		if evs[i].Job != "job1" || evs[i].Rank != 3 || evs[i].Time.IsZero() {
+			t.Errorf("event %d: job %q rank %d time %v; want job1, 3, stamped", i, evs[i].Job, evs[i].Rank, evs[i].Time)
+		}
+	}
+	if evs[0].State != StateScheduled || evs[0].Count != 8 || evs[1].State != StateCompleted || evs[1].DurUS != 12.5 {
+		t.Errorf("events out of order or altered: %+v", evs)
+	}
+	if p.Published() != 3 || p.Dropped() != 0 {
+		t.Errorf("published %d dropped %d, want 3 and 0", p.Published(), p.Dropped())
+	}
+}
+
+func TestPublisherLevels(t *testing.T) {
+	all := []Event{
+		{Kind: KindWork, State: StateScheduled},
+		{Kind: KindWork, State: StateFailed, Error: "comm: timeout"},
+		{Kind: KindCommInit},
+		{Kind: KindCommAbort, Error: "x"},
+		{Kind: KindWatchdog, Action: "dump"},
+		{Kind: KindRank, Error: "init failed"},
+	}
+	for _, tc := range []struct {
+		level EventsLevel
+		want  []string // kinds published, in order
+	}{
+		{EventsAll, []string{KindWork, KindWork, KindCommInit, KindCommAbort, KindWatchdog, KindRank}},
+		{EventsErrors, []string{KindWork, KindCommAbort, KindWatchdog, KindRank}},
+		{EventsOff, nil},
+	} {
+		rec := &recordingPublisher{}
+		p := newTestPublisher(t, rec, PublisherConfig{Job: "j", Level: tc.level})
+		for _, ev := range all {
+			p.Emit(ev)
+		}
+		if err := p.Close(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		_, evs := rec.events()
+		var got []string
+		for _, ev := range evs {
+			got = append(got, ev.Kind)
+		}
+		if len(got) != len(tc.want) {
+			t.Fatalf("level %v published %v, want %v", tc.level, got, tc.want)
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Fatalf("level %v published %v, want %v", tc.level, got, tc.want)
+			}
+		}
+		if tc.level == EventsErrors && evs[0].State != StateFailed {
+			t.Errorf("errors level let through %+v", evs[0])
+		}
+	}
+}
+
+func TestParseEventsLevel(t *testing.T) {
+	for in, want := range map[string]EventsLevel{"": EventsAll, "all": EventsAll, "ERRORS": EventsErrors, " off ": EventsOff} {
+		got, err := ParseEventsLevel(in)
+		if err != nil || got != want {
+			t.Errorf("ParseEventsLevel(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"abc", "-1", "2", "debug"} {
+		if _, err := ParseEventsLevel(in); !errors.Is(err, ErrBadEventsLevel) {
+			t.Errorf("ParseEventsLevel(%q) error = %v, want ErrBadEventsLevel", in, err)
+		}
+	}
+}
+
+// TestPublisherNeverBlocksAndCountsDrops blocks the Publisher, emits more
+// events than the buffer holds, and checks that Emit returned at once, the
+// overflow was counted, and a drop report with the total followed.
+func TestPublisherNeverBlocksAndCountsDrops(t *testing.T) {
+	rec := &recordingPublisher{gate: make(chan struct{}), calls: make(chan struct{}, 1)}
+	const buf, total = 4, 50
+	p := newTestPublisher(t, rec, PublisherConfig{Job: "j", Buffer: buf})
+	p.Emit(Event{Kind: KindWork, Seq: 1})
+	select { // the actor is now stuck in Publish with the first event
+	case <-rec.calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("publisher never called Publish")
+	}
+	start := time.Now()
+	for i := 2; i <= total; i++ {
+		p.Emit(Event{Kind: KindWork, Seq: uint64(i)})
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Emit blocked: %d emits took %v", total-1, d)
+	}
+	// One event is being published; buf more are queued; the rest dropped.
+	wantDropped := uint64(total - 1 - buf)
+	if got := p.Dropped(); got != wantDropped {
+		t.Fatalf("dropped %d, want %d", got, wantDropped)
+	}
+	close(rec.gate)
+	if err := p.Close(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, evs := rec.events()
+	var work int
+	var lastDrop uint64
+	for _, ev := range evs {
+		switch ev.Kind {
+		case KindWork:
+			work++
+		case KindDrops:
+			lastDrop = ev.Dropped
+		}
+	}
+	if work != 1+buf {
+		t.Errorf("published %d work events, want %d", work, 1+buf)
+	}
+	if lastDrop != wantDropped {
+		t.Errorf("last drop report says %d, want %d (events %+v)", lastDrop, wantDropped, evs)
+	}
+}
+
+func TestPublisherCountsPublishFailures(t *testing.T) {
+	rec := &recordingPublisher{fail: true}
+	p := newTestPublisher(t, rec, PublisherConfig{Job: "j"})
+	p.Emit(Event{Kind: KindWork})
+	p.Emit(Event{Kind: KindWork})
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Two events and at least one drop report failed.
+	if p.Dropped() < 3 || p.Published() != 0 {
+		t.Errorf("dropped %d published %d; want ≥3 and 0", p.Dropped(), p.Published())
+	}
+	p.Emit(Event{Kind: KindWork}) // after Close: dropped, no panic
+}
+
+func TestNewEventPublisherRejectsBadConfig(t *testing.T) {
+	rec := &recordingPublisher{}
+	for _, cfg := range []PublisherConfig{{Job: ""}, {Job: "a.b"}, {Job: "a>"}, {Job: "j", Buffer: -1}} {
+		if _, err := NewEventPublisher(rec, cfg); err == nil {
+			t.Errorf("NewEventPublisher(%+v) succeeded", cfg)
+		}
+	}
+	if _, err := NewEventPublisher(nil, PublisherConfig{Job: "j"}); err == nil {
+		t.Error("NewEventPublisher(nil) succeeded")
+	}
+}
+
+// TestPublisherOverNATS publishes through a real *nats.Conn to an embedded
+// NATS server and reads the events back with a wildcard subscriber.
+func TestPublisherOverNATS(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("embedded NATS server not ready")
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	sub, err := nc.SubscribeSync(EventWildcard("jobx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	p := newTestPublisher(t, nc, PublisherConfig{Job: "jobx", Rank: 1})
+	for seq := uint64(1); seq <= 3; seq++ {
+		p.Emit(Event{Kind: KindWork, Group: "default_pg", Seq: seq, Op: "ALLREDUCE", State: StateCompleted})
+	}
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 3; seq++ {
+		msg, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("event %d: %v", seq, err)
+		}
+		if msg.Subject != "ranktree.jobx.events.1.work" {
+			t.Errorf("subject %q", msg.Subject)
+		}
+		var ev Event
+		if err := json.Unmarshal(msg.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Seq != seq || ev.Op != "ALLREDUCE" || ev.Rank != 1 || ev.Job != "jobx" {
+			t.Errorf("event %d = %+v", seq, ev)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ranktree/ranktree/store"
+)
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runNodes runs nnodes runners of one job in-process over a shared
+// MemStore, each starting one /bin/sh rank running script, and returns
+// their exit codes (a *FlagError from loop shows as code 2).
+func runNodes(t *testing.T, st store.Store, nnodes, maxRestarts int, script string, out *lockedBuffer) []int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	codes := make([]int, nnodes)
+	var wg sync.WaitGroup
+	for node := 0; node < nnodes; node++ {
+		r, err := newRunner(Config{
+			Program: "/bin/sh", Args: []string{"-c", script}, NNodes: nnodes, NodeRank: node, NProcPerNode: 1,
+			JobID: "j", NATSURL: "nats://unused:1", MaxRestarts: maxRestarts, StopGrace: time.Second,
+			Stdout: out, Stderr: out, Env: os.Environ(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.st, r.path, r.url = st, "/bin/sh", "nats://unused:1"
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, err := r.loop(ctx, make(chan os.Signal))
+			var fe *FlagError
+			if err != nil && !errors.As(err, &fe) {
+				t.Errorf("node %d: %v", node, err)
+			}
+			codes[node] = code
+		}()
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestRunnersRestartTogether: rank 1 (node 1) fails in attempt 0; node 0
+// stops its rank on the abort key; both restart once (the shared counter
+// moves exactly once) and succeed.
+func TestRunnersRestartTogether(t *testing.T) {
+	st := store.NewMemStore()
+	var out lockedBuffer
+	script := `if [ "$RANKTREE_RESTART_COUNT" = 0 ]; then
+  if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi
+  exec sleep 30
+fi
+echo ok rank=$RANK attempt=$RANKTREE_RESTART_COUNT world=$WORLD_SIZE group=$GROUP_RANK`
+	codes := runNodes(t, st, 2, 2, script, &out)
+	if codes[0] != 0 || codes[1] != 0 {
+		t.Fatalf("exit codes %v, want [0 0]\n%s", codes, out.String())
+	}
+	for _, want := range []string{"[rank 0] ok rank=0 attempt=1 world=2 group=0", "[rank 1] ok rank=1 attempt=1 world=2 group=1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	n, err := st.Add(context.Background(), keyRestarts, 0)
+	if err != nil || n != 1 {
+		t.Fatalf("restart counter %d, %v; want exactly 1", n, err)
+	}
+	v, err := st.Get(context.Background(), abortKey(0, "node1"))
+	if err != nil || !strings.Contains(string(v), `"exit_code":3`) {
+		t.Fatalf("abort key of node1: %s, %v", v, err)
+	}
+}
+
+// TestRunnersBudgetSpent: without restarts both runners exit with the
+// failing rank's code, node 0 learning it from the abort key.
+func TestRunnersBudgetSpent(t *testing.T) {
+	st := store.NewMemStore()
+	var out lockedBuffer
+	script := `if [ "$RANK" = 0 ]; then sleep 0.2; exit 6; fi; exec sleep 30`
+	codes := runNodes(t, st, 2, 0, script, &out)
+	if codes[0] != 6 || codes[1] != 6 {
+		t.Fatalf("exit codes %v, want [6 6]\n%s", codes, out.String())
+	}
+}
+
+// TestRunnerBudgetFirstWins: a runner with a different --max-restarts
+// obeys the budget already stored for the job.
+func TestRunnerBudgetFirstWins(t *testing.T) {
+	st := store.NewMemStore()
+	ctx := context.Background()
+	if err := st.Set(ctx, keyMaxRestarts, []byte("4")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := newRunner(Config{Program: "/bin/true", JobID: "j", MaxRestarts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.st = st
+	if b, err := r.budget(ctx); err != nil || b != 4 {
+		t.Fatalf("budget %d, %v; want the stored 4", b, err)
+	}
+	next, err := r.claimRestart(ctx, 0)
+	if err != nil || next != 1 {
+		t.Fatalf("claim: %d, %v", next, err)
+	}
+	// A second runner claiming the same restart gets the same attempt.
+	if next, err := r.claimRestart(ctx, 0); err != nil || next != 1 {
+		t.Fatalf("second claim: %d, %v", next, err)
+	}
+}
+
+// TestRunnerRefusesFinishedJob: reusing a finished job's id on the same
+// store is refused instead of replaying its abort and done keys.
+func TestRunnerRefusesFinishedJob(t *testing.T) {
+	st := store.NewMemStore()
+	var out lockedBuffer
+	if codes := runNodes(t, st, 1, 0, `exit 0`, &out); codes[0] != 0 {
+		t.Fatalf("first run: %v\n%s", codes, out.String())
+	}
+	codes := runNodes(t, st, 1, 0, `echo second run; exit 0`, &out)
+	if codes[0] != 2 || strings.Contains(out.String(), "second run") {
+		t.Fatalf("rerun of a finished job: exit %v, output:\n%s", codes, out.String())
+	}
+}

@@ -1,0 +1,39 @@
+// Package cpu is ranktree's built-in CPU collective engine: a comm.Backend
+// that runs every collective and point-to-point op of torch.distributed on
+// host buffers, between ranks on one host (shared memory) or across hosts
+// (TCP). It plays the role of c10d's ProcessGroupGloo.
+//
+// # Structure
+//
+//   - engine.go: the Engine (New, Launch, Abort, Close) and its stream, an
+//     ordered queue drained by one progress goroutine.
+//   - rendezvous.go: addresses and the job secret through the store,
+//     authenticated TCP handshakes, shm segment set-up.
+//   - link.go, tcp.go, shm.go: the transport interface (link) and its two
+//     implementations; header.go: the 64-byte wire header.
+//   - mesh.go, p2p.go: Mesh, the interface every algorithm is written
+//     against (Gloo's pairs): ordered, fingerprinted messages per peer.
+//   - exec.go: lowers a comm.Op (flat or list buffers, V-variants, Avg,
+//     PreMulSum) to an algorithm and picks the algorithm by size.
+//   - <collective>_<method>.go: one algorithm per file, pure functions of a
+//     Mesh and byte blocks, with no goroutines, timers or sockets.
+//     docs/algorithms.md gives each one's cost in steps and bytes.
+//
+// Reductions use package comm/cpu/kernel.
+//
+// # Caller's duties
+//
+//  1. Create one Engine per communicator (process group × epoch) on every
+//     member with New (or through Factory), with the same Options on all
+//     ranks (Transport, ShmRingBytes and RingThreshold must agree).
+//  2. Launch ops in the same order on every rank, one at a time, with equal
+//     fingerprints (comm.ProcessGroup and the communicator actor do this).
+//     The engine checks the fingerprint of every message: a rank that gets
+//     another op's data fails with *comm.MismatchError and tells its peers,
+//     which fail too.
+//  3. Keep an op's buffers untouched until its Work completes.
+//  4. After any error other than bad input, treat the communicator as broken
+//     (AsyncError reports it; later ops fail with the same error): Abort or
+//     Close it and create a new one under a new epoch.
+//  5. Call Close to release sockets and shared memory.
+package cpu

@@ -1,0 +1,373 @@
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Engine is the built-in CPU collective engine for one communicator: a
+// comm.Backend (the counterpart of c10d's ProcessGroupGloo). It executes
+// ops in launch order on its stream, a queue drained by one progress
+// goroutine; several launched Works may be queued at once.
+type Engine struct {
+	cfg  comm.BackendConfig
+	opts Options
+	log  zerolog.Logger
+	ctl  *ctl
+	mesh *mesh
+	ln   net.Listener
+	// links by peer, for Close and notices
+	links []link
+	shms  []*shmLink
+	wg    sync.WaitGroup // transport helper goroutines that touch shm memory
+
+	qmu   sync.Mutex
+	queue []task
+	qwake chan struct{} // cap 1
+
+	fatal   fatalBox              // first fatal error (mismatch, transport, notice)
+	stopErr atomic.Pointer[error] // AbortedError or ErrClosed, once stopped
+	stopMu  sync.Mutex
+	closed  bool
+	done    chan struct{} // progress goroutine exited
+
+	scratchBuf []byte
+}
+
+type task struct {
+	op *comm.Op
+	w  *comm.Work
+}
+
+// Factory returns a comm.BackendFactory that creates CPU engines with opts.
+func Factory(opts Options) comm.BackendFactory {
+	return func(ctx context.Context, cfg comm.BackendConfig) (comm.Backend, error) {
+		e, err := New(ctx, cfg, opts)
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+}
+
+// New creates the engine for cfg.Rank of a group of cfg.Size and connects
+// it to every peer: it publishes its address under the store keys of
+// cfg.Group and cfg.Epoch, authenticates every connection with the job's
+// secret, and sets up shm rings for peers on the same host (see Options).
+// It blocks until all peers are connected, ctx ends or cfg.Timeout passes
+// (a *comm.TransportError then names the first missing peer).
+func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
+		return nil, fmt.Errorf("%w: cpu: rank %d of group size %d", comm.ErrInvalidArgument, cfg.Rank, cfg.Size)
+	}
+	if cfg.Store == nil && cfg.Size > 1 && opts.Transport != TransportInmem {
+		return nil, fmt.Errorf("%w: cpu: BackendConfig.Store is nil", comm.ErrInvalidArgument)
+	}
+	if len(cfg.GlobalRanks) != 0 && len(cfg.GlobalRanks) != cfg.Size {
+		return nil, fmt.Errorf("%w: cpu: %d global ranks for group size %d", comm.ErrInvalidArgument, len(cfg.GlobalRanks), cfg.Size)
+	}
+	if cfg.Device >= 0 {
+		return nil, fmt.Errorf("%w: cpu engine cannot use cuda:%d buffers", comm.ErrUnsupported, cfg.Device)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Minute
+	}
+	e := &Engine{
+		cfg: cfg, opts: opts, ctl: newCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
+		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
+	}
+	e.ctl.onNotice = e.onNotice
+	var links []link
+	var err error
+	if opts.Transport == TransportInmem {
+		links, err = e.connectInmem(ctx)
+	} else {
+		links, err = e.connect(ctx)
+	}
+	if err != nil {
+		e.stop(fmt.Errorf("%w: cpu engine setup failed", comm.ErrClosed))
+		e.release()
+		return nil, err
+	}
+	e.links = links
+	e.mesh = newMesh(cfg.Rank, cfg.Size, links, e.ctl)
+	e.mesh.fatal = e.fatal.get
+	e.mesh.mismatch = e.mismatch
+	go e.progress()
+	e.log.Debug().Int("size", cfg.Size).Str("transport", opts.Transport).Msg("cpu engine connected")
+	return e, nil
+}
+
+// Name returns "cpu".
+func (e *Engine) Name() string { return "cpu" }
+
+// Rank is this member's group rank.
+func (e *Engine) Rank() int { return e.cfg.Rank }
+
+// Size is the group size.
+func (e *Engine) Size() int { return e.cfg.Size }
+
+// Launch queues op on the engine's stream; w completes when it ran (nil) or
+// failed (*comm.MismatchError, *comm.TransportError, *comm.AbortedError,
+// *comm.EngineError, or an error wrapping comm.ErrClosed).
+func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
+	if err := e.stopped(); err != nil {
+		w.Complete(err)
+		return
+	}
+	e.qmu.Lock()
+	e.queue = append(e.queue, task{op, w})
+	e.qmu.Unlock()
+	select {
+	case e.qwake <- struct{}{}:
+	default:
+	}
+}
+
+// Abort fails every queued and in-flight op, and every later one, with a
+// *comm.AbortedError carrying reason (wrapping comm.ErrAborted). It closes
+// the connections (peers see a transport error) and raises the stop flag
+// shm waits poll, so blocked ops return within milliseconds.
+// Idempotent; safe from any goroutine (ncclCommAbort).
+func (e *Engine) Abort(reason error) {
+	if e.stop(&comm.AbortedError{Group: e.cfg.Group, Reason: reason}) {
+		e.log.Warn().AnErr("reason", reason).Msg("cpu engine aborted")
+	}
+}
+
+// AsyncError is the first error that broke the communicator (a mismatch, a
+// dead peer, a peer's mismatch notice), or nil.
+func (e *Engine) AsyncError() error { return e.fatal.get() }
+
+// Close stops the engine (in-flight and queued ops fail with an error
+// wrapping comm.ErrClosed), waits for its goroutines and releases sockets
+// and shared memory. Idempotent.
+func (e *Engine) Close() error {
+	e.stop(fmt.Errorf("%w: cpu engine of group %q closed", comm.ErrClosed, e.cfg.Group))
+	e.stopMu.Lock()
+	defer e.stopMu.Unlock()
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	if e.mesh != nil {
+		<-e.done
+	}
+	e.release()
+	return nil
+}
+
+// stop records err as the stop error, wakes every wait and closes the
+// connections; it reports whether this call stopped the engine.
+func (e *Engine) stop(err error) bool {
+	if !e.stopErr.CompareAndSwap(nil, &err) {
+		return false
+	}
+	e.ctl.stopped.Store(true)
+	close(e.ctl.stop)
+	if e.ln != nil {
+		_ = e.ln.Close()
+	}
+	for _, l := range e.links {
+		if l != nil {
+			l.close()
+		}
+	}
+	return true
+}
+
+// release unmaps shared memory once no goroutine can touch it.
+func (e *Engine) release() {
+	e.wg.Wait()
+	for _, s := range e.shms {
+		s.unmap()
+	}
+}
+
+func (e *Engine) stopped() error {
+	if p := e.stopErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// queueSpin is how many times the progress goroutine re-checks an empty
+// queue (yielding in between) before it parks: a back-to-back launch then
+// skips a goroutine wake-up, which dominates small-op latency over shm.
+const queueSpin = 50
+
+// next blocks for the next queued task; ok is false once stopped.
+func (e *Engine) next() (task, bool) {
+	for i := 0; ; i++ {
+		e.qmu.Lock()
+		if len(e.queue) > 0 {
+			t := e.queue[0]
+			e.queue[0] = task{}
+			e.queue = e.queue[1:]
+			e.qmu.Unlock()
+			return t, true
+		}
+		e.qmu.Unlock()
+		if e.ctl.stopped.Load() {
+			return task{}, false
+		}
+		if i < queueSpin && e.mesh.spin {
+			runtime.Gosched()
+			continue
+		}
+		select {
+		case <-e.qwake:
+		case <-e.ctl.stop:
+		}
+	}
+}
+
+// progress is the engine's stream: it runs queued ops one at a time.
+func (e *Engine) progress() {
+	defer close(e.done)
+	for {
+		t, ok := e.next()
+		if !ok {
+			// Fail whatever raced in after the stop.
+			e.qmu.Lock()
+			q := e.queue
+			e.queue = nil
+			e.qmu.Unlock()
+			for _, t := range q {
+				t.w.Complete(e.stopped())
+			}
+			return
+		}
+		t.w.Complete(e.run(t.op, t.w))
+	}
+}
+
+// run executes one task and maps internal errors to the engine's typed ones.
+func (e *Engine) run(op *comm.Op, w *comm.Work) error {
+	if err := e.stopped(); err != nil {
+		return err
+	}
+	if err := e.fatal.get(); err != nil {
+		return err
+	}
+	w.MarkStarted()
+	if err := e.injectFault(op); err != nil {
+		return err
+	}
+	var err error
+	if op.Type == comm.OpCoalesced {
+		err = e.execCoalesced(op, w)
+	} else {
+		err = e.exec(op, w)
+	}
+	if err == nil {
+		err = e.mesh.Flush()
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, errStopped) {
+		if s := e.stopped(); s != nil {
+			return s
+		}
+	}
+	if errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrTransport) || errors.Is(err, comm.ErrEngine) {
+		if e.fatal.set(err) {
+			e.log.Error().Err(err).Uint64("seq", op.FP.Seq).Msg("cpu engine: communicator broken")
+		}
+		return err
+	}
+	// Anything else (a kernel argument error) is a bug: report it as an
+	// engine error naming the op.
+	return &comm.EngineError{Engine: "cpu", Rank: e.cfg.Rank, FP: op.FP, Msg: err.Error()}
+}
+
+// globalRank maps a group rank to the job's global rank.
+func (e *Engine) globalRank(r int) int {
+	if len(e.cfg.GlobalRanks) == e.cfg.Size {
+		return e.cfg.GlobalRanks[r]
+	}
+	return r
+}
+
+// injectFault honours cfg.Faults (RANKTREE_FAULT) for this rank and op.
+func (e *Engine) injectFault(op *comm.Op) error {
+	if len(e.cfg.Faults) == 0 || comm.UsesP2PSeq(op) {
+		return nil
+	}
+	g := e.globalRank(e.cfg.Rank)
+	for _, f := range e.cfg.Faults {
+		if !f.Matches(g, e.cfg.Group, op.FP.Seq) {
+			continue
+		}
+		e.log.Warn().Str("fault", f.Kind).Uint64("seq", f.Seq).Int("rank", g).Msg("injected fault")
+		switch f.Kind {
+		case comm.FaultHang:
+			<-e.ctl.stop
+			return e.stopped()
+		case comm.FaultCrash:
+			fmt.Fprintf(os.Stderr, "ranktree: injected fault: crash at rank %d, %v\n", g, op.FP)
+			os.Exit(3)
+		case comm.FaultError:
+			return &comm.EngineError{Engine: "cpu", Rank: e.cfg.Rank, FP: op.FP, Msg: "injected fault (error)"}
+		}
+	}
+	return nil
+}
+
+// mismatch records that peer sent got while this rank runs the current op,
+// tells every peer (so that each fails too, not only this one) and returns
+// the *comm.MismatchError.
+func (e *Engine) mismatch(peer int, got header) error {
+	cur := e.mesh.cur.fp
+	err := &comm.MismatchError{LocalRank: e.cfg.Rank, RemoteRank: peer, Local: cur, Remote: got.FP}
+	if e.fatal.set(err) {
+		e.log.Error().Err(err).Msg("cpu engine: collective mismatch")
+		for p, l := range e.links {
+			if l == nil {
+				continue
+			}
+			h := header{Sender: e.cfg.Rank, FP: cur}
+			off := got
+			if nl, ok := l.(interface{ notice(h, off *header) }); ok {
+				nl.notice(&h, &off)
+			}
+			_ = p
+		}
+	}
+	return err
+}
+
+// onNotice handles a peer's mismatch notice (from a reader goroutine): h
+// carries the peer's op, off the header the peer received.
+func (e *Engine) onNotice(peer int, h, off header) {
+	var err error
+	if off.Sender != e.cfg.Rank && off.FP != h.FP {
+		// A third rank: the peer saw off.Sender at off.FP while at h.FP.
+		err = &comm.MismatchError{LocalRank: peer, RemoteRank: off.Sender, Local: h.FP, Remote: off.FP}
+	} else {
+		var local comm.Fingerprint
+		if off.Sender == e.cfg.Rank {
+			local = off.FP
+		}
+		err = &comm.MismatchError{LocalRank: e.cfg.Rank, RemoteRank: peer, Local: local, Remote: h.FP}
+	}
+	if e.fatal.set(err) {
+		e.log.Error().Err(err).Int("peer", peer).Msg("cpu engine: peer reported a collective mismatch")
+	}
+	e.ctl.poke()
+}

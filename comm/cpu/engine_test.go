@@ -1,0 +1,375 @@
+package cpu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
+)
+
+func launch(e *Engine, op *comm.Op) *comm.Work {
+	w := comm.NewWork(op.Type)
+	e.Launch(op, w)
+	return w
+}
+
+func waitT(t *testing.T, w *comm.Work, d time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	err := w.Wait(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("work did not complete within %v", d)
+	}
+	return err
+}
+
+// TestBarrier: the last rank enters 400 ms late; no rank leaves before it
+// arrived.
+func TestBarrier(t *testing.T) {
+	forEachGroup(t, Options{}, func(t *testing.T, g *group) {
+		n := len(g.engines)
+		g.seq++
+		fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: g.seq, Op: comm.OpBarrier, Root: -1}
+		works := make([]*comm.Work, n)
+		for r := 0; r < n-1; r++ {
+			works[r] = launch(g.engines[r], &comm.Op{FP: fp, Type: comm.OpBarrier})
+		}
+		time.Sleep(400 * time.Millisecond)
+		entered := time.Now()
+		works[n-1] = launch(g.engines[n-1], &comm.Op{FP: fp, Type: comm.OpBarrier})
+		for r, w := range works {
+			if err := waitT(t, w, 30*time.Second); err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+			if done := w.Timings().Completed; done.Before(entered) {
+				t.Fatalf("rank %d left the barrier %v before the last rank entered", r, entered.Sub(done))
+			}
+		}
+	})
+}
+
+func p2pOp(g *group, t comm.OpType, peer, tag int, buf comm.Buffer) *comm.Op {
+	op := &comm.Op{FP: comm.Fingerprint{Group: comm.GroupHash(g.name), Op: t, DType: buf.DType(), Count: int64(buf.Len()), Root: int32(peer)},
+		Type: t, Peer: peer, Tag: tag}
+	if t == comm.OpSend {
+		op.In = []comm.Buffer{buf}
+	} else {
+		op.Out = []comm.Buffer{buf}
+	}
+	return op
+}
+
+func filled(dt comm.DType, count int, v float64) comm.Buffer {
+	b := comm.NewHostBuffer(dt, count)
+	for i := range count {
+		setF(b, i, v)
+	}
+	return b
+}
+
+// TestSendRecv: tags matched out of order (small and large payloads),
+// any-source receives that report the sender, and a send queued while the
+// receiver runs a collective.
+func TestSendRecv(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGroup(t, 3, Options{Transport: tr, ShmRingBytes: 64 << 10})
+			e0, e1, e2 := g.engines[0], g.engines[1], g.engines[2]
+			for _, count := range []int{0, 3, 300_001} {
+				// Rank 0 sends tag 1 then tag 2; rank 1 receives tag 2 first.
+				a, b := filled(comm.Float32, count, 1), filled(comm.Float32, count, 2)
+				ra, rb := comm.NewHostBuffer(comm.Float32, count), comm.NewHostBuffer(comm.Float32, count)
+				w1 := launch(e0, p2pOp(g, comm.OpSend, 1, 1, a))
+				w3 := launch(e1, p2pOp(g, comm.OpRecv, 0, 2, rb))
+				w2 := launch(e0, p2pOp(g, comm.OpSend, 1, 2, b))
+				w4 := launch(e1, p2pOp(g, comm.OpRecv, 0, 1, ra))
+				for i, w := range []*comm.Work{w1, w2, w3, w4} {
+					if err := waitT(t, w, 30*time.Second); err != nil {
+						t.Fatalf("count %d work %d: %v", count, i, err)
+					}
+				}
+				if !bytes.Equal(ra.Bytes(), a.Bytes()) || !bytes.Equal(rb.Bytes(), b.Bytes()) {
+					t.Fatalf("count %d: tags mixed up", count)
+				}
+				if w3.Source() != 0 {
+					t.Fatalf("Source = %d, want 0", w3.Source())
+				}
+			}
+			// Any source: ranks 1 and 2 send their rank to rank 0.
+			s1 := launch(e1, p2pOp(g, comm.OpSend, 0, 9, filled(comm.Int64, 4, 1)))
+			s2 := launch(e2, p2pOp(g, comm.OpSend, 0, 9, filled(comm.Int64, 4, 2)))
+			seen := map[int]bool{}
+			for range 2 {
+				buf := comm.NewHostBuffer(comm.Int64, 4)
+				w := launch(e0, p2pOp(g, comm.OpRecv, comm.AnySource, 9, buf))
+				if err := waitT(t, w, 30*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if src := w.Source(); src < 1 || src > 2 || getF(buf, 3) != float64(src) || seen[src] {
+					t.Fatalf("any-source recv: source %d, data %v", src, getF(buf, 3))
+				}
+				seen[w.Source()] = true
+			}
+			for _, w := range []*comm.Work{s1, s2} {
+				if err := waitT(t, w, 30*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestBatchP2P: a coalesced batch where every rank receives before it
+// sends in list order still completes (sends are posted first).
+func TestBatchP2P(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			const n = 3
+			g := newGroup(t, n, Options{Transport: tr, ShmRingBytes: 64 << 10})
+			const count = 100_000
+			outs := make([]comm.Buffer, n)
+			works := make([]*comm.Work, n)
+			for r := range n {
+				outs[r] = comm.NewHostBuffer(comm.Float64, count)
+				recv := p2pOp(g, comm.OpRecv, (r+n-1)%n, 0, outs[r])
+				send := p2pOp(g, comm.OpSend, (r+1)%n, 0, filled(comm.Float64, count, float64(r)))
+				op := &comm.Op{FP: comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpCoalesced, Root: -1}, Type: comm.OpCoalesced,
+					Children: []*comm.Op{recv, send}}
+				works[r] = launch(g.engines[r], op)
+			}
+			for r, w := range works {
+				if err := waitT(t, w, 30*time.Second); err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+				if got := getF(outs[r], count-1); got != float64((r+n-1)%n) {
+					t.Fatalf("rank %d got %v", r, got)
+				}
+			}
+		})
+	}
+}
+
+// TestCoalescedCollectives runs two allreduces as one Work.
+func TestCoalescedCollectives(t *testing.T) {
+	g := newGroup(t, 3, Options{Transport: TransportSHM})
+	bufs := make([][2]comm.Buffer, 3)
+	g.mustRun("coalesced", func(r int, fp fpFunc) *comm.Op {
+		bufs[r] = [2]comm.Buffer{filled(comm.Float32, 10, float64(r)), filled(comm.Int32, 1000, 1)}
+		var ch []*comm.Op
+		for _, b := range bufs[r] {
+			ch = append(ch, &comm.Op{FP: comm.Fingerprint{Op: comm.OpAllReduce, DType: b.DType(), Count: int64(b.Len()), Root: -1, RedOp: comm.RedSum},
+				Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{b}})
+		}
+		return &comm.Op{FP: fp(comm.OpCoalesced, 0, 1010, -1, comm.ReduceOp{}), Type: comm.OpCoalesced, Children: ch}
+	})
+	for r := range 3 {
+		if getF(bufs[r][0], 9) != 3 || getF(bufs[r][1], 999) != 3 {
+			t.Fatalf("rank %d: %v %v", r, getF(bufs[r][0], 9), getF(bufs[r][1], 999))
+		}
+	}
+}
+
+// TestMismatch: rank 0 runs AllReduce while the others run Broadcast at
+// the same seq; every rank fails with ErrMismatch within 1 s (no hang),
+// and the error describes both sides.
+func TestMismatch(t *testing.T) {
+	for _, tr := range testTransports {
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
+				g := newGroup(t, n, Options{Transport: tr})
+				works := make([]*comm.Work, n)
+				start := time.Now()
+				for r, e := range g.engines {
+					buf := comm.NewHostBuffer(comm.Float32, 1024)
+					fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 7, DType: comm.Float32, Count: 1024, Root: -1}
+					op := &comm.Op{Type: comm.OpBroadcast, Root: 0, In: []comm.Buffer{buf}}
+					if r == 0 {
+						op.Type, op.Reduce, fp.RedOp = comm.OpAllReduce, comm.Sum, comm.RedSum
+					} else {
+						fp.Root = 0
+					}
+					fp.Op = op.Type
+					op.FP = fp
+					works[r] = launch(e, op)
+				}
+				for r, w := range works {
+					err := waitT(t, w, 5*time.Second)
+					if !errors.Is(err, comm.ErrMismatch) {
+						t.Fatalf("rank %d: got %v, want ErrMismatch", r, err)
+					}
+					var me *comm.MismatchError
+					if !errors.As(err, &me) || !strings.Contains(err.Error(), "AllReduce(float32×1024") || !strings.Contains(err.Error(), "Broadcast(float32×1024, root 0)") {
+						t.Fatalf("rank %d: error does not describe both sides: %v", r, err)
+					}
+				}
+				if el := time.Since(start); el > time.Second {
+					t.Fatalf("mismatch took %v to detect, want < 1s", el)
+				}
+				// The communicator is broken now: later ops fail at once.
+				if err := g.engines[0].AsyncError(); !errors.Is(err, comm.ErrMismatch) {
+					t.Fatalf("AsyncError = %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestAbortLargeAllReduce: Abort during a 256 MiB allreduce makes both
+// ranks' Works fail with ErrAborted promptly (goal 100 ms; the bound is
+// generous for a loaded machine), and later launches fail at once.
+func TestAbortLargeAllReduce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("256 MiB buffers")
+	}
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGroup(t, 2, Options{Transport: tr})
+			const count = 64 << 20 // 256 MiB of float32
+			works := make([]*comm.Work, 2)
+			for r, e := range g.engines {
+				buf := comm.NewHostBuffer(comm.Float32, count)
+				fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, Count: count, Root: -1, RedOp: comm.RedSum}
+				works[r] = launch(e, &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
+			}
+			time.Sleep(30 * time.Millisecond)
+			start := time.Now()
+			reason := errors.New("test abort")
+			for _, e := range g.engines {
+				e.Abort(reason)
+			}
+			for r, w := range works {
+				err := waitT(t, w, 5*time.Second)
+				if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) {
+					t.Fatalf("rank %d: got %v, want ErrAborted", r, err)
+				}
+			}
+			el := time.Since(start)
+			t.Logf("%s: abort returned after %v", tr, el)
+			if el > time.Second {
+				t.Fatalf("abort took %v (goal 100 ms)", el)
+			}
+			w := launch(g.engines[0], &comm.Op{FP: comm.Fingerprint{Seq: 2, Op: comm.OpBarrier}, Type: comm.OpBarrier})
+			if err := waitT(t, w, time.Second); !errors.Is(err, comm.ErrAborted) {
+				t.Fatalf("launch after abort: %v", err)
+			}
+		})
+	}
+}
+
+// TestPeerDeath: a peer that closes mid-op gives a *comm.TransportError.
+func TestPeerDeath(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGroup(t, 2, Options{Transport: tr})
+			buf := comm.NewHostBuffer(comm.Float32, 16)
+			fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, Count: 16, Root: -1, RedOp: comm.RedSum}
+			w := launch(g.engines[0], &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
+			time.Sleep(20 * time.Millisecond)
+			_ = g.engines[1].Close()
+			err := waitT(t, w, 5*time.Second)
+			var te *comm.TransportError
+			if !errors.As(err, &te) || te.Peer != 1 || te.FP.Seq != 1 {
+				t.Fatalf("got %v, want a TransportError naming peer 1 at seq 1", err)
+			}
+		})
+	}
+}
+
+// TestFaultError: an injected "error" fault fails exactly the op at its
+// seq on its rank with an *comm.EngineError.
+func TestFaultError(t *testing.T) {
+	st := store.NewMemStore()
+	const n = 2
+	engines := make([]*Engine, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			engines[r], err = New(context.Background(), comm.BackendConfig{Group: "g", Rank: r, Size: n, Store: st, Device: -1,
+				GlobalRanks: []int{5, 6}, Faults: []comm.Fault{{Kind: comm.FaultError, Rank: 6, Seq: 2}}, Log: zerolog.Nop()}, Options{})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, e := range engines {
+			_ = e.Close()
+		}
+	}()
+	w := launch(engines[1], &comm.Op{FP: comm.Fingerprint{Seq: 2, Op: comm.OpBarrier}, Type: comm.OpBarrier})
+	err := waitT(t, w, 5*time.Second)
+	var ee *comm.EngineError
+	if !errors.As(err, &ee) || ee.FP.Seq != 2 {
+		t.Fatalf("got %v, want an injected EngineError at seq 2", err)
+	}
+}
+
+// TestStrayConnectionRejected: a connection presenting the wrong secret is
+// rejected and logged, and the engine keeps working.
+func TestStrayConnectionRejected(t *testing.T) {
+	var logBuf syncBuffer
+	log := zerolog.New(&logBuf)
+	g := newGroupStore(t, 2, Options{Transport: TransportTCP}, store.NewMemStore(), log)
+	addr := g.engines[0].ln.Addr().String()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	nonce := make([]byte, nonceSize)
+	if _, err := c.Read(nonce); err != nil {
+		t.Fatal(err)
+	}
+	hello := make([]byte, helloSize)
+	copy(hello, []byte{0x31, 0x48, 0x54, 0x52}) // magic, little endian
+	hello[16] = 1                               // claims rank 1
+	copy(hello[20:], mac([]byte("wrong secret"), nonce, hello[:20]))
+	if _, err := c.Write(hello); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var st [3]byte
+	if n, err := c.Read(st[:]); err == nil && st[0] == statusOK {
+		t.Fatalf("stray connection accepted (%d bytes)", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logBuf.String(), "wrong job secret") {
+		if time.Now().After(deadline) {
+			t.Fatalf("rejection not logged; log: %s", logBuf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	checkAllReduce(t, g, comm.Float32, comm.Sum, 10)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

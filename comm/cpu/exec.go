@@ -1,0 +1,282 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/kernel"
+)
+
+// exec runs one op (not Coalesced) on the mesh. It is the only place that
+// knows the buffer forms of comm.Op; the algorithms see byte blocks.
+func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
+	m := e.mesh
+	m.begin(opContext(op))
+	n, r := m.size, m.rank
+	switch op.Type {
+	case comm.OpAllReduce:
+		return e.allReduce(op)
+	case comm.OpBroadcast:
+		return broadcastTree(m, op.In[0].Bytes(), op.Root)
+	case comm.OpReduce:
+		return e.reduce(op)
+	case comm.OpAllGather, comm.OpAllGatherV:
+		in := op.In[0]
+		var counts []int
+		if op.Type == comm.OpAllGatherV {
+			counts = op.RecvCounts
+		}
+		blocks := make([][]byte, n)
+		for i := range n {
+			blocks[i] = comm.Chunk(op.Out, i, counts, in.Len()).Bytes()
+		}
+		copy(blocks[r], in.Bytes())
+		return ringAllGather(m, blocks, 0)
+	case comm.OpReduceScatter, comm.OpReduceScatterV:
+		return e.reduceScatter(op)
+	case comm.OpAllToAll:
+		send, recv := make([][]byte, n), make([][]byte, n)
+		sc, rc := op.SendCounts, op.RecvCounts
+		sper, rper := 0, 0
+		if sc == nil {
+			sper = totalLen(op.In) / n
+		}
+		if rc == nil {
+			rper = totalLen(op.Out) / n
+		}
+		for i := range n {
+			send[i] = comm.Chunk(op.In, i, sc, sper).Bytes()
+			recv[i] = comm.Chunk(op.Out, i, rc, rper).Bytes()
+		}
+		return alltoallPairwise(m, send, recv)
+	case comm.OpGather:
+		in := op.In[0]
+		var out [][]byte
+		if r == op.Root {
+			out = make([][]byte, n)
+			for i := range n {
+				out[i] = comm.Chunk(op.Out, i, nil, in.Len()).Bytes()
+			}
+		}
+		return gatherLinear(m, in.Bytes(), out, op.Root)
+	case comm.OpScatter:
+		out := op.Out[0]
+		var in [][]byte
+		if r == op.Root {
+			in = make([][]byte, n)
+			for i := range n {
+				in[i] = comm.Chunk(op.In, i, nil, out.Len()).Bytes()
+			}
+		}
+		return scatterLinear(m, in, out.Bytes(), op.Root)
+	case comm.OpBarrier:
+		return barrierDissemination(m)
+	case comm.OpSend:
+		if err := m.sendP2P(op.Peer, op.In[0].Bytes()); err != nil {
+			return err
+		}
+		return m.Flush()
+	case comm.OpRecv:
+		src, err := m.recvP2P(op.Peer, op.Out[0].Bytes())
+		if err != nil {
+			return err
+		}
+		w.SetSource(src)
+		return nil
+	}
+	return &comm.EngineError{Engine: "cpu", Rank: r, FP: op.FP, Msg: fmt.Sprintf("op %v is not supported by the cpu engine", op.Type)}
+}
+
+// execCoalesced runs op's children as one unit. When every child is a Send
+// or Recv (BatchP2P), all sends are queued before any receive waits, so
+// that a batch is deadlock-free whatever order the ranks listed it in (as
+// ncclGroupStart/End); otherwise children run in order.
+func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
+	allP2P := true
+	children := make([]*comm.Op, len(op.Children))
+	for i, c := range op.Children {
+		if !c.Type.IsP2P() {
+			allP2P = false
+		}
+		// Children carry the parent's identity: their messages are
+		// tagged with the parent's group, epoch and seq.
+		cc := *c
+		cc.FP.Group, cc.FP.Epoch, cc.FP.Seq = op.FP.Group, op.FP.Epoch, op.FP.Seq
+		children[i] = &cc
+	}
+	if !allP2P {
+		for _, c := range children {
+			var err error
+			if c.Type == comm.OpCoalesced {
+				err = e.execCoalesced(c, w)
+			} else {
+				err = e.exec(c, w)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	m := e.mesh
+	for _, c := range children {
+		if c.Type == comm.OpSend {
+			m.begin(opContext(c))
+			if err := m.sendP2P(c.Peer, c.In[0].Bytes()); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range children {
+		if c.Type == comm.OpRecv {
+			m.begin(opContext(c))
+			src, err := m.recvP2P(c.Peer, c.Out[0].Bytes())
+			if err != nil {
+				return err
+			}
+			w.SetSource(src)
+		}
+	}
+	return m.Flush()
+}
+
+func opContext(op *comm.Op) opCtx {
+	o := opCtx{fp: op.FP, red: op.Reduce, tag: int64(op.Tag)}
+	switch {
+	case len(op.In) > 0:
+		o.dt = op.In[0].DType()
+	case len(op.Out) > 0:
+		o.dt = op.Out[0].DType()
+	default:
+		o.dt = op.FP.DType
+	}
+	if o.dt.Valid() {
+		o.red = o.red.ForDType(o.dt)
+	}
+	return o
+}
+
+func totalLen(bufs []comm.Buffer) int {
+	t := 0
+	for _, b := range bufs {
+		t += b.Len()
+	}
+	return t
+}
+
+// preScale applies PreMulSum's factor before the sum.
+func preScale(buf []byte, dt comm.DType, red comm.ReduceOp) error {
+	if red.Type() == comm.RedPreMulSum && len(buf) > 0 {
+		return kernel.Scale(buf, dt, red.Factor())
+	}
+	return nil
+}
+
+// postScale divides by n for Avg after the sum.
+func postScale(buf []byte, dt comm.DType, red comm.ReduceOp, n int) error {
+	if red.Type() == comm.RedAvg && n > 1 && len(buf) > 0 {
+		return kernel.Scale(buf, dt, 1/float64(n))
+	}
+	return nil
+}
+
+func (e *Engine) allReduce(op *comm.Op) error {
+	m := e.mesh
+	b := op.In[0]
+	buf, dt, red := b.Bytes(), b.DType(), m.cur.red
+	if err := preScale(buf, dt, red); err != nil {
+		return err
+	}
+	var err error
+	if e.useRing(len(buf), b.Len()) {
+		blocks := make([][]byte, m.size)
+		for i := range m.size {
+			lo, hi := split(b.Len(), m.size, i)
+			blocks[i] = buf[lo*dt.Size() : hi*dt.Size()]
+		}
+		err = allreduceRing(m, blocks)
+	} else {
+		err = allreduceRecDoubling(m, buf, e.scratch(len(buf)))
+	}
+	if err != nil {
+		return err
+	}
+	return postScale(buf, dt, red, m.size)
+}
+
+// useRing selects the ring allreduce (bandwidth-optimal) over recursive
+// doubling (latency-optimal) by message size: see Options.RingThreshold.
+func (e *Engine) useRing(nbytes, count int) bool {
+	return e.mesh.size > 1 && nbytes >= e.opts.RingThreshold && count >= e.mesh.size
+}
+
+// split is the element range [lo, hi) of part i of count elements in n
+// nearly equal parts.
+func split(count, n, i int) (lo, hi int) {
+	q, rem := count/n, count%n
+	lo = i*q + min(i, rem)
+	hi = lo + q
+	if i < rem {
+		hi++
+	}
+	return lo, hi
+}
+
+func (e *Engine) reduce(op *comm.Op) error {
+	m := e.mesh
+	b := op.In[0]
+	dt, red := b.DType(), m.cur.red
+	buf := b.Bytes()
+	if m.rank != op.Root {
+		// Leave the caller's buffer unchanged on non-roots.
+		tmp := e.scratch(len(buf))
+		copy(tmp, buf)
+		buf = tmp
+	}
+	if err := preScale(buf, dt, red); err != nil {
+		return err
+	}
+	if err := reduceTree(m, buf, op.Root); err != nil {
+		return err
+	}
+	if m.rank == op.Root {
+		return postScale(buf, dt, red, m.size)
+	}
+	return nil
+}
+
+func (e *Engine) reduceScatter(op *comm.Op) error {
+	m := e.mesh
+	out := op.Out[0]
+	dt, red := out.DType(), m.cur.red
+	var counts []int
+	if op.Type == comm.OpReduceScatterV {
+		counts = op.RecvCounts
+	}
+	// Work on a copy: the input is not modified (ncclReduceScatter).
+	tmp := make([]byte, 0, totalLen(op.In)*dt.Size())
+	blocks := make([][]byte, m.size)
+	for i := range m.size {
+		src := comm.Chunk(op.In, i, counts, out.Len()).Bytes()
+		off := len(tmp)
+		tmp = append(tmp, src...)
+		blocks[i] = tmp[off:len(tmp):len(tmp)]
+	}
+	if err := preScale(tmp, dt, red); err != nil {
+		return err
+	}
+	if err := ringReduceScatter(m, blocks, 0); err != nil {
+		return err
+	}
+	ob := out.Bytes()
+	copy(ob, blocks[m.rank])
+	return postScale(ob, dt, red, m.size)
+}
+
+// scratch returns a reusable buffer of n bytes (progress goroutine only).
+func (e *Engine) scratch(n int) []byte {
+	if cap(e.scratchBuf) < n {
+		e.scratchBuf = make([]byte, n)
+	}
+	return e.scratchBuf[:n]
+}

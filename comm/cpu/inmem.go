@@ -1,0 +1,181 @@
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// TransportInmem connects engines of one process through an InmemHub.
+const TransportInmem = "inmem"
+
+// InmemHub connects the engines of one process through rings in Go memory:
+// no sockets, files or store keys (the counterpart of hashicorp/raft's
+// inmem_transport.go). Pass the same hub in Options.Hub, with Transport
+// "inmem", to every engine of a job; it is meant for tests and
+// single-process simulations. The rings and their protocol are the shm
+// transport's. Safe for concurrent use.
+type InmemHub struct {
+	mu      sync.Mutex
+	pairs   map[inmemKey]*inmemPair
+	changed chan struct{} // closed and replaced when an end attaches
+}
+
+// NewInmemHub returns an empty hub.
+func NewInmemHub() *InmemHub {
+	return &InmemHub{pairs: make(map[inmemKey]*inmemPair), changed: make(chan struct{})}
+}
+
+type inmemKey struct {
+	group  string
+	epoch  uint32
+	lo, hi int
+}
+
+type inmemPair struct {
+	mem  []byte
+	ends [2]*inmemEnd // [0] the lower rank, [1] the higher
+}
+
+// inmemEnd is one engine's side of a pair.
+type inmemEnd struct {
+	rank     int
+	onNotice func(peer int, h, off header)
+	poke     func()
+	closed   atomic.Bool
+}
+
+var errPeerClosed = errors.New("peer closed its end of the in-memory link")
+
+// inmemCtrl is the control side of an inmem link: notices are calls into
+// the peer engine, and a closed peer end reads as a dead connection.
+type inmemCtrl struct {
+	hub  *InmemHub
+	key  inmemKey
+	pair *inmemPair
+	side int
+}
+
+func (c *inmemCtrl) readErr() error {
+	if c.pair.ends[1-c.side].closed.Load() {
+		return errPeerClosed
+	}
+	return nil
+}
+
+func (c *inmemCtrl) notice(h, off *header) {
+	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
+	if peer.closed.Load() {
+		return
+	}
+	peer.onNotice(me.rank, *h, *off)
+	peer.poke()
+}
+
+func (c *inmemCtrl) close() {
+	if c.pair.ends[c.side].closed.Swap(true) {
+		return
+	}
+	c.pair.ends[1-c.side].poke()
+	c.hub.mu.Lock()
+	if c.pair.ends[1-c.side].closed.Load() && c.hub.pairs[c.key] == c.pair {
+		delete(c.hub.pairs, c.key)
+	}
+	c.hub.mu.Unlock()
+}
+
+// attach registers end as rank's side of its pair with peer and returns the
+// pair, creating its memory if this end is first.
+func (h *InmemHub) attach(group string, epoch uint32, rank, peer, ringBytes int, end *inmemEnd) (*inmemPair, inmemKey, int, error) {
+	k := inmemKey{group: group, epoch: epoch, lo: min(rank, peer), hi: max(rank, peer)}
+	side := 0
+	if rank == k.hi {
+		side = 1
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.pairs[k]
+	if p == nil {
+		words := make([]uint64, (shmDataOff+2*ringBytes)/8)
+		p = &inmemPair{mem: unsafeBytes(words)}
+		h.pairs[k] = p
+	}
+	if len(p.mem) != shmDataOff+2*ringBytes {
+		return nil, k, 0, fmt.Errorf("%w: cpu: ranks %d and %d disagree on ShmRingBytes", comm.ErrInvalidArgument, rank, peer)
+	}
+	if p.ends[side] != nil {
+		return nil, k, 0, fmt.Errorf("%w: cpu: rank %d of group %q epoch %d is already attached to the hub", comm.ErrInvalidArgument, rank, group, epoch)
+	}
+	p.ends[side] = end
+	close(h.changed)
+	h.changed = make(chan struct{})
+	return p, k, side, nil
+}
+
+// connectInmem builds one ring link per peer through opts.Hub and waits
+// until every peer attached.
+func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
+	links := make([]link, e.cfg.Size)
+	if e.cfg.Size == 1 {
+		return links, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
+	defer cancel()
+	hub := e.opts.Hub
+	end := &inmemEnd{rank: e.cfg.Rank, onNotice: e.onNotice, poke: e.ctl.poke}
+	ctrls := make([]*inmemCtrl, e.cfg.Size)
+	for p := range e.cfg.Size {
+		if p == e.cfg.Rank {
+			continue
+		}
+		pair, k, side, err := hub.attach(e.cfg.Group, e.cfg.Epoch, e.cfg.Rank, p, e.opts.ShmRingBytes, end)
+		if err != nil {
+			for _, c := range ctrls {
+				if c != nil {
+					c.close()
+				}
+			}
+			return nil, err
+		}
+		ctrls[p] = &inmemCtrl{hub: hub, key: k, pair: pair, side: side}
+	}
+	for p, c := range ctrls {
+		if c == nil {
+			continue
+		}
+		for {
+			hub.mu.Lock()
+			ok := c.pair.ends[1-c.side] != nil
+			ch := hub.changed
+			hub.mu.Unlock()
+			if ok {
+				break
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				for _, c := range ctrls {
+					if c != nil {
+						c.close()
+					}
+				}
+				return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: p, Err: fmt.Errorf("rendezvous: rank %d did not attach to the hub: %w", p, ctx.Err())}
+			}
+		}
+		s := ringsOver(c.pair.mem, e.opts.ShmRingBytes, c.side == 0)
+		s.start(p, e.ctl, c)
+		links[p] = s
+		e.ctl.pumps = append(e.ctl.pumps, s)
+	}
+	return links, nil
+}
+
+// unsafeBytes views words as bytes (8-byte aligned, as the rings need).
+func unsafeBytes(w []uint64) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), len(w)*8)
+}

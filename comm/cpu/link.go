@@ -1,0 +1,139 @@
+package cpu
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// link is the connection to one peer as the progress goroutine sees it: the
+// transport interface the mesh (and through it every algorithm) is written
+// against, in the manner of Gloo's transport::Pair. tcp.go and shm.go
+// implement it; each may run helper goroutines, the algorithms never do.
+//
+// Only the progress goroutine calls poll, read, send and flush.
+type link interface {
+	// poll returns the header of the next incoming message without blocking;
+	// ok is false when none has arrived. Repeated polls return the same
+	// message until read consumes it. A dead connection gives an error.
+	poll() (h header, ok bool, err error)
+	// read consumes the payload (h.Len bytes) of the message poll returned,
+	// delivering it to s.
+	read(h *header, s sink) error
+	// send queues one message. payload must stay unchanged until flush.
+	send(h *header, payload []byte) error
+	// flush blocks until every queued message has left its payload buffer.
+	flush() error
+	// shared reports whether polling this link needs spinning (shm) rather
+	// than waiting on the control notify channel (tcp).
+	spins() bool
+	// close releases the link; blocked calls return errStopped.
+	close()
+}
+
+// sink is where read puts a payload: copied into dst (len(dst) == h.Len),
+// or handed to fn in consecutive whole-element segments (off is the byte
+// offset of seg in the payload).
+type sink struct {
+	dst []byte
+	fn  func(off int, seg []byte) error
+}
+
+// deliver hands seg (at payload offset off) to the sink.
+func (s sink) deliver(off int, seg []byte) error {
+	if s.fn != nil {
+		return s.fn(off, seg)
+	}
+	copy(s.dst[off:], seg)
+	return nil
+}
+
+// errStopped is returned by links once the engine was aborted or closed; the
+// engine replaces it with the AbortedError or ErrClosed it recorded.
+var errStopped = errors.New("cpu: engine stopped")
+
+// ctl is the state every link of one engine shares: the stop signal (Abort
+// or Close), the wake-up channel that tcp readers poke when a message
+// arrives, and the handler for mismatch notices from peers.
+type ctl struct {
+	stop    chan struct{} // closed by Abort/Close
+	stopped atomic.Bool
+	notify  chan struct{} // cap 1: something arrived on some tcp link
+	// onNotice is called from tcp reader goroutines when peer sends a
+	// mismatch notice: h is the notice (the peer's own op), off the header
+	// the peer had received.
+	onNotice func(peer int, h, off header)
+	// pumps are the shm links with a send queue; pumpAll drives them
+	// (progress goroutine only).
+	pumps []*shmLink
+}
+
+// pumpAll moves queued shm sends into their rings; it reports progress.
+func (c *ctl) pumpAll() bool {
+	p := false
+	for _, s := range c.pumps {
+		if len(s.q) > 0 && s.pump() {
+			p = true
+		}
+	}
+	return p
+}
+
+func newCtl() *ctl {
+	return &ctl{stop: make(chan struct{}), notify: make(chan struct{}, 1)}
+}
+
+// poke wakes the progress goroutine if it waits on notify.
+func (c *ctl) poke() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// backoff paces a polling loop: a short busy spin (the latency path for
+// shm), then yielding the processor, then sleeping with growing pauses up
+// to 1 ms so that a long wait does not burn a core. Abort is noticed within
+// one pause.
+type backoff struct {
+	n     int
+	sleep time.Duration
+}
+
+const (
+	spinIters  = 64
+	yieldIters = 4000
+	maxSleep   = time.Millisecond
+)
+
+// pause waits a little; it returns errStopped if c is stopped.
+func (b *backoff) pause(c *ctl) error {
+	if c.stopped.Load() {
+		return errStopped
+	}
+	b.n++
+	switch {
+	case b.n < spinIters:
+		// busy spin: re-check immediately
+	case b.n < spinIters+yieldIters:
+		runtime.Gosched()
+	default:
+		if b.sleep == 0 {
+			b.sleep = 20 * time.Microsecond
+		} else if b.sleep < maxSleep {
+			b.sleep *= 2
+		}
+		t := time.NewTimer(b.sleep)
+		select {
+		case <-t.C:
+		case <-c.stop:
+			t.Stop()
+			return errStopped
+		}
+	}
+	return nil
+}
+
+// reset restarts the spin phase after progress was made.
+func (b *backoff) reset() { b.n, b.sleep = 0, 0 }

@@ -1,0 +1,234 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/kernel"
+)
+
+// Mesh is everything an algorithm sees of the group: ranks, and ordered
+// messages to and from peers, all belonging to the op being executed (the
+// Gloo pattern of algorithms written against getPair(i) and
+// send/recv/wait). Implementations carry the op's fingerprint on every
+// message and check it on arrival. Methods are called from one goroutine.
+type Mesh interface {
+	// Rank and Size are this member's group rank and the group size.
+	Rank() int
+	Size() int
+	// Send queues buf for peer as message step of the current op. buf must
+	// not change until Flush returns.
+	Send(peer, step int, buf []byte) error
+	// Recv blocks until message step of the current op arrives from peer
+	// and copies it into dst; its length must be len(dst).
+	Recv(peer, step int, dst []byte) error
+	// RecvReduce is Recv that combines the message into dst with the op's
+	// reduction (dst = op(dst, msg)) as it streams in.
+	RecvReduce(peer, step int, dst []byte) error
+	// Flush blocks until every queued send has left its buffer.
+	Flush() error
+	// Reduce combines src into dst with the op's reduction (dst = op(dst, src)).
+	Reduce(dst, src []byte) error
+}
+
+// opCtx is the op a mesh is executing.
+type opCtx struct {
+	fp  comm.Fingerprint
+	dt  comm.DType
+	red comm.ReduceOp
+	tag int64
+}
+
+// stashed is a message that arrived before the op that wants it (a Send's
+// payload while a collective runs, a tag not yet asked for, or a
+// collective message seen by an any-source Recv).
+type stashed struct {
+	h    header
+	data []byte
+}
+
+// mesh implements Mesh over one link per peer for the progress goroutine.
+type mesh struct {
+	rank, size int
+	links      []link // nil at rank
+	ctl        *ctl
+	spin       bool // some link is polled by spinning
+	stash      [][]stashed
+	dirty      []bool // links sent to since the last Flush
+	cur        opCtx
+	anyNext    int // rotates the first peer an any-source Recv polls
+
+	// fatal returns the engine's recorded error (a notice from a peer, a
+	// dead connection) so that waits end promptly.
+	fatal func() error
+	// mismatch records a mismatch and notifies every peer.
+	mismatch func(peer int, got header) error
+}
+
+func newMesh(rank, size int, links []link, c *ctl) *mesh {
+	m := &mesh{rank: rank, size: size, links: links, ctl: c,
+		stash: make([][]stashed, size), dirty: make([]bool, size)}
+	for _, l := range links {
+		if l != nil && l.spins() {
+			m.spin = true
+		}
+	}
+	m.fatal = func() error { return nil }
+	return m
+}
+
+func (m *mesh) Rank() int { return m.rank }
+func (m *mesh) Size() int { return m.size }
+
+// begin sets the op whose messages Send and Recv exchange.
+func (m *mesh) begin(o opCtx) { m.cur = o }
+
+func (m *mesh) transportErr(peer int, err error) error {
+	if errors.Is(err, errStopped) {
+		return errStopped
+	}
+	var te *comm.TransportError
+	if errors.As(err, &te) {
+		return err
+	}
+	return &comm.TransportError{Rank: m.rank, Peer: peer, FP: m.cur.fp, Err: err}
+}
+
+func (m *mesh) Send(peer, step int, buf []byte) error {
+	h := header{Kind: kindColl, Sender: m.rank, FP: m.cur.fp, Step: uint32(step), Len: uint64(len(buf))}
+	m.dirty[peer] = true
+	if err := m.links[peer].send(&h, buf); err != nil {
+		return m.transportErr(peer, err)
+	}
+	return nil
+}
+
+func (m *mesh) Flush() error {
+	for p, d := range m.dirty {
+		if !d {
+			continue
+		}
+		m.dirty[p] = false
+		if err := m.links[p].flush(); err != nil {
+			return m.transportErr(p, err)
+		}
+	}
+	return nil
+}
+
+func (m *mesh) Recv(peer, step int, dst []byte) error {
+	return m.recvColl(peer, step, len(dst), sink{dst: dst})
+}
+
+func (m *mesh) Reduce(dst, src []byte) error {
+	return kernel.Reduce(dst, src, m.cur.dt, m.cur.red)
+}
+
+func (m *mesh) RecvReduce(peer, step int, dst []byte) error {
+	dt, red := m.cur.dt, m.cur.red
+	return m.recvColl(peer, step, len(dst), sink{fn: func(off int, seg []byte) error {
+		return kernel.Reduce(dst[off:off+len(seg)], seg, dt, red)
+	}})
+}
+
+// wait pauses until something may have arrived; it returns an error if the
+// engine stopped or recorded a fatal error.
+func (m *mesh) wait(b *backoff) error {
+	if err := m.fatal(); err != nil {
+		return err
+	}
+	if m.spin {
+		if m.ctl.pumpAll() {
+			b.reset()
+			return nil
+		}
+		return b.pause(m.ctl)
+	}
+	select {
+	case <-m.ctl.notify:
+		return nil
+	case <-m.ctl.stop:
+		return errStopped
+	}
+}
+
+// stashMsg reads the polled message h from peer into the stash.
+func (m *mesh) stashMsg(peer int, h header) error {
+	data := make([]byte, h.Len)
+	if err := m.links[peer].read(&h, sink{dst: data}); err != nil {
+		return m.transportErr(peer, err)
+	}
+	m.stash[peer] = append(m.stash[peer], stashed{h: h, data: data})
+	return nil
+}
+
+// checkColl matches a collective message against the current op.
+func (m *mesh) checkColl(peer, step, n int, h header) error {
+	if h.FP != m.cur.fp {
+		return m.mismatch(peer, h)
+	}
+	if int(h.Step) != step || h.Len != uint64(n) {
+		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,
+			Msg: fmt.Sprintf("protocol error: from rank %d got step %d with %d bytes, want step %d with %d bytes (ranks chose different algorithms?)",
+				peer, h.Step, h.Len, step, n)}
+	}
+	return nil
+}
+
+func (m *mesh) recvColl(peer, step, n int, s sink) error {
+	for i, st := range m.stash[peer] {
+		if st.h.Kind != kindColl {
+			continue
+		}
+		m.stash[peer] = append(m.stash[peer][:i:i], m.stash[peer][i+1:]...)
+		if err := m.checkColl(peer, step, n, st.h); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		return s.deliver(0, st.data)
+	}
+	l := m.links[peer]
+	var b backoff
+	for {
+		h, ok, err := l.poll()
+		if err != nil {
+			return m.transportErr(peer, err)
+		}
+		if !ok {
+			if err := m.wait(&b); err != nil {
+				return err
+			}
+			continue
+		}
+		if h.Kind == kindP2P {
+			if err := m.stashMsg(peer, h); err != nil {
+				return err
+			}
+			b.reset()
+			continue
+		}
+		if err := m.checkColl(peer, step, n, h); err != nil {
+			return err
+		}
+		if err := l.read(&h, s); err != nil {
+			return m.transportErr(peer, err)
+		}
+		return nil
+	}
+}
+
+// fatalBox holds an engine's first fatal error.
+type fatalBox struct{ p atomic.Pointer[error] }
+
+func (f *fatalBox) set(err error) bool { return f.p.CompareAndSwap(nil, &err) }
+
+func (f *fatalBox) get() error {
+	if p := f.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

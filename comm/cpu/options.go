@@ -1,0 +1,115 @@
+package cpu
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Transport names accepted by Options.Transport.
+const (
+	TransportAuto = "auto" // shm between ranks on the same host, tcp otherwise
+	TransportSHM  = "shm"  // shared memory only (every rank on one host)
+	TransportTCP  = "tcp"  // TCP only
+)
+
+// Options configure the CPU engine. The zero value is valid: validate fills
+// the defaults noted on each field (etcd's Config.validate style).
+type Options struct {
+	// Transport is "auto" (default), "shm", "tcp" or "inmem"
+	// (TransportAuto, ...; inmem needs Hub).
+	// Connections are always set up over TCP; with shm the data moves
+	// through shared-memory rings and the TCP connection carries only
+	// control messages and detects a dead peer.
+	Transport string
+	// ListenHost is the interface the engine's TCP listener binds
+	// (default "127.0.0.1"; "0.0.0.0" or a host address for multi-host jobs).
+	ListenHost string
+	// ListenPort is the listener's port (default 0: any free port).
+	ListenPort int
+	// AdvertiseHost is the host peers dial (default ListenHost, or the
+	// machine's hostname when ListenHost is a wildcard address).
+	AdvertiseHost string
+	// HostID identifies the machine for shm selection (default: the kernel
+	// boot id plus the hostname). Ranks with equal HostIDs use shm in auto
+	// mode.
+	HostID string
+	// ShmDir is where shared-memory segments are created (default
+	// "/dev/shm"). Segments are unlinked as soon as both ranks mapped them.
+	ShmDir string
+	// ShmRingBytes is the size of each directed shm ring (default 4 MiB;
+	// rounded up to a multiple of 4 KiB). One pair of ranks maps two rings.
+	ShmRingBytes int
+	// Hub connects engines of one process for Transport "inmem".
+	Hub *InmemHub
+	// RingThreshold is the allreduce size in bytes from which the ring
+	// algorithm is used instead of recursive doubling (default 256 KiB).
+	// All ranks must use the same value.
+	RingThreshold int
+}
+
+// validate fills defaults and rejects bad values (wrapping
+// comm.ErrInvalidArgument).
+func (o *Options) validate() error {
+	switch strings.ToLower(o.Transport) {
+	case "", TransportAuto:
+		o.Transport = TransportAuto
+	case TransportSHM, TransportTCP, TransportInmem:
+		o.Transport = strings.ToLower(o.Transport)
+	default:
+		return fmt.Errorf("%w: cpu: unknown transport %q (want auto, shm, tcp or inmem)", comm.ErrInvalidArgument, o.Transport)
+	}
+	if o.Transport == TransportInmem && o.Hub == nil {
+		return fmt.Errorf("%w: cpu: transport inmem needs Options.Hub", comm.ErrInvalidArgument)
+	}
+	if o.ListenHost == "" {
+		o.ListenHost = "127.0.0.1"
+	}
+	if o.ListenPort < 0 || o.ListenPort > 65535 {
+		return fmt.Errorf("%w: cpu: listen port %d out of range", comm.ErrInvalidArgument, o.ListenPort)
+	}
+	if o.AdvertiseHost == "" {
+		o.AdvertiseHost = o.ListenHost
+		if ip := net.ParseIP(o.ListenHost); ip != nil && ip.IsUnspecified() {
+			h, err := os.Hostname()
+			if err != nil {
+				return fmt.Errorf("%w: cpu: AdvertiseHost not set and no hostname: %v", comm.ErrInvalidArgument, err)
+			}
+			o.AdvertiseHost = h
+		}
+	}
+	if o.HostID == "" {
+		o.HostID = defaultHostID()
+	}
+	if o.ShmDir == "" {
+		o.ShmDir = "/dev/shm"
+	}
+	if o.ShmRingBytes < 0 {
+		return fmt.Errorf("%w: cpu: negative ShmRingBytes %d", comm.ErrInvalidArgument, o.ShmRingBytes)
+	}
+	if o.ShmRingBytes == 0 {
+		o.ShmRingBytes = 4 << 20
+	}
+	o.ShmRingBytes = (o.ShmRingBytes + 4095) &^ 4095
+	if o.RingThreshold < 0 {
+		return fmt.Errorf("%w: cpu: negative RingThreshold %d", comm.ErrInvalidArgument, o.RingThreshold)
+	}
+	if o.RingThreshold == 0 {
+		o.RingThreshold = 256 << 10
+	}
+	return nil
+}
+
+// defaultHostID is the kernel's boot id (unique per boot of a machine)
+// joined to the hostname.
+func defaultHostID() string {
+	h, _ := os.Hostname()
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return h
+	}
+	return strings.TrimSpace(string(b)) + "/" + h
+}

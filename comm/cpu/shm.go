@@ -1,0 +1,333 @@
+package cpu
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+// Shared-memory segment layout (one file per pair of ranks, created by the
+// lower rank in ShmDir and unlinked once both mapped it):
+//
+//	0    ring 0 tail (u64, written by the lower rank)   ring 0: lower → higher
+//	128  ring 0 head (u64, written by the higher rank)
+//	256  ring 1 tail (u64, written by the higher rank)  ring 1: higher → lower
+//	384  ring 1 head (u64, written by the lower rank)
+//	4096 ring 0 data (R bytes), then ring 1 data (R bytes)
+//
+// Head and tail are running byte counts (never wrapped); producer and
+// consumer sit on separate cache lines. Messages are a 64-byte header and
+// the payload padded to 8 bytes, so every counter stays a multiple of 8 and
+// no element (at most 8 bytes) straddles the wrap.
+const (
+	shmDataOff = 4096
+	// shmChunk bounds one copy into or out of a ring, so that the other
+	// side sees progress (pipelining) and Abort is noticed between chunks.
+	shmChunk = 512 << 10
+)
+
+// shmRing is one direction of an shm pair.
+type shmRing struct {
+	tail, head *atomic.Uint64
+	data       []byte
+	size       uint64
+	local      uint64 // our own counter: tail for the producer, head for the consumer
+}
+
+func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
+
+// shmLink is a link whose data moves through two shm rings; its control
+// connection (a control-only tcpLink) carries mismatch notices and tells
+// when the peer process died. Small sends are copied into the ring by the
+// caller; what does not fit is finished by a writer goroutine, so sends
+// never wait for the peer to receive. The receiver spins (with backoff) on
+// the ring's tail and reduces straight out of the shared pages.
+type shmLink struct {
+	path string
+	mem  []byte
+	tx   shmRing
+	rx   shmRing
+
+	peer int
+	ctl  *ctl
+	ctrl control
+
+	cur *header // polled, not yet read (progress goroutine only)
+
+	q    []*shmJob // queued sends, oldest first (progress goroutine only)
+	werr error     // the peer died while we had sends queued
+
+	unmapOnce sync.Once
+}
+
+type shmJob struct {
+	hdr     [headerSize]byte
+	payload []byte
+	pos     uint64 // bytes of header+padded payload written so far
+}
+
+func randomName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// createShm creates and maps a new segment with two rings of ringBytes.
+func createShm(dir string, ringBytes int) (*shmLink, error) {
+	path := filepath.Join(dir, fmt.Sprintf("ranktree-%d-%s", os.Getpid(), randomName()))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size := shmDataOff + 2*ringBytes
+	if err := f.Truncate(int64(size)); err != nil {
+		_ = os.Remove(path)
+		return nil, err
+	}
+	s, err := mapShm(f, path, size, ringBytes, true)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, err
+	}
+	return s, nil
+}
+
+// openShm maps the segment a lower rank created.
+func openShm(path string, ringBytes int, creator bool) (*shmLink, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := shmDataOff + 2*ringBytes
+	if st.Size() != int64(size) {
+		return nil, fmt.Errorf("shm segment %s has %d bytes, want %d (ranks disagree on ShmRingBytes?)", path, st.Size(), size)
+	}
+	return mapShm(f, path, size, ringBytes, creator)
+}
+
+func mapShm(f *os.File, path string, size, ringBytes int, creator bool) (*shmLink, error) {
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %s: %w", path, err)
+	}
+	s := ringsOver(mem, ringBytes, creator)
+	s.path = path
+	return s, nil
+}
+
+// ringsOver lays the two rings of a pair over mem (shmDataOff +
+// 2·ringBytes bytes, 8-byte aligned): the lower rank passes creator true.
+func ringsOver(mem []byte, ringBytes int, creator bool) *shmLink {
+	u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
+	R := uint64(ringBytes)
+	r0 := shmRing{tail: u64(0), head: u64(128), data: mem[shmDataOff : shmDataOff+ringBytes], size: R}
+	r1 := shmRing{tail: u64(256), head: u64(384), data: mem[shmDataOff+ringBytes : shmDataOff+2*ringBytes], size: R}
+	s := &shmLink{mem: mem}
+	if creator {
+		s.tx, s.rx = r0, r1
+	} else {
+		s.tx, s.rx = r1, r0
+	}
+	return s
+}
+
+// control is the side channel of a ring link: it reports a dead peer and
+// carries mismatch notices (a control-only tcpLink for shm, the hub for
+// inmem).
+type control interface {
+	readErr() error
+	notice(h, off *header)
+	close()
+}
+
+// start attaches the link to its peer.
+func (s *shmLink) start(peer int, c *ctl, ctrl control) {
+	s.peer, s.ctl, s.ctrl = peer, c, ctrl
+}
+
+func (s *shmLink) spins() bool { return true }
+
+func (s *shmLink) unlink() { _ = os.Remove(s.path) }
+
+func (s *shmLink) unmap() {
+	if s.path == "" {
+		return // Go memory (inmem transport)
+	}
+	s.unmapOnce.Do(func() { _ = syscall.Munmap(s.mem) })
+}
+
+func (s *shmLink) close() {
+	if s.ctrl != nil {
+		s.ctrl.close()
+	}
+}
+
+func (s *shmLink) notice(h *header, off *header) { s.ctrl.notice(h, off) }
+
+// peerErr is the control connection's error (peer died), or nil.
+func (s *shmLink) peerErr() error { return s.ctrl.readErr() }
+
+// writeSome copies as much of j as the ring has room for; it reports
+// whether j is complete and whether anything was copied.
+func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
+	r := &s.tx
+	total := headerSize + pad8(uint64(len(j.payload)))
+	for j.pos < total {
+		free := r.size - (r.local - r.head.Load())
+		if free == 0 {
+			return false, progressed
+		}
+		at := r.local % r.size
+		n := min(free, total-j.pos, r.size-at, shmChunk)
+		dst := r.data[at : at+n]
+		// Copy the part of [pos, pos+n) that is header, then payload;
+		// padding is left as is.
+		p := j.pos
+		if p < headerSize {
+			k := copy(dst, j.hdr[p:])
+			dst, p = dst[k:], p+uint64(k)
+		}
+		if len(dst) > 0 && p-headerSize < uint64(len(j.payload)) {
+			copy(dst, j.payload[p-headerSize:])
+		}
+		j.pos += n
+		r.local += n
+		r.tail.Store(r.local)
+		progressed = true
+	}
+	return true, progressed
+}
+
+func (s *shmLink) send(h *header, payload []byte) error {
+	if s.ctl.stopped.Load() {
+		return errStopped
+	}
+	if s.werr != nil {
+		return s.werr
+	}
+	j := &shmJob{payload: payload}
+	h.encode(j.hdr[:])
+	s.q = append(s.q, j)
+	s.pump()
+	return nil
+}
+
+// pump copies queued messages into the tx ring as far as it has room,
+// without blocking, and reports whether it copied anything. The progress
+// goroutine calls it whenever it would otherwise wait (see ctl.pump), so
+// sends progress while this rank receives: no helper goroutine is needed.
+func (s *shmLink) pump() bool {
+	progressed := false
+	for len(s.q) > 0 {
+		done, prog := s.writeSome(s.q[0])
+		progressed = progressed || prog
+		if !done {
+			break
+		}
+		s.q[0] = nil
+		s.q = s.q[1:]
+	}
+	return progressed
+}
+
+func (s *shmLink) flush() error {
+	var b backoff
+	for len(s.q) > 0 {
+		if s.ctl.pumpAll() {
+			b.reset()
+			continue
+		}
+		if len(s.q) == 0 {
+			break
+		}
+		if err := s.peerErr(); err != nil {
+			s.werr = fmt.Errorf("rank %d: %w", s.peer, err)
+			s.q = nil
+			return s.werr
+		}
+		if err := b.pause(s.ctl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *shmLink) poll() (header, bool, error) {
+	if s.cur != nil {
+		return *s.cur, true, nil
+	}
+	r := &s.rx
+	if r.tail.Load()-r.local < headerSize {
+		if s.ctl.stopped.Load() {
+			return header{}, false, errStopped
+		}
+		if err := s.peerErr(); err != nil {
+			return header{}, false, err
+		}
+		return header{}, false, nil
+	}
+	var hb [headerSize]byte
+	at := r.local % r.size
+	k := copy(hb[:], r.data[at:])
+	copy(hb[k:], r.data)
+	r.local += headerSize
+	r.head.Store(r.local)
+	h, err := decodeHeader(hb[:])
+	if err != nil {
+		return header{}, false, fmt.Errorf("shm ring from rank %d: %w", s.peer, err)
+	}
+	s.cur = &h
+	return h, true, nil
+}
+
+func (s *shmLink) read(h *header, sk sink) error {
+	s.cur = nil
+	r := &s.rx
+	total := pad8(h.Len)
+	var b backoff
+	for got := uint64(0); got < total; {
+		avail := r.tail.Load() - r.local
+		if avail == 0 {
+			if s.ctl.pumpAll() {
+				b.reset()
+				continue
+			}
+			if err := s.peerErr(); err != nil {
+				return err
+			}
+			if err := b.pause(s.ctl); err != nil {
+				return err
+			}
+			continue
+		}
+		b.reset()
+		at := r.local % r.size
+		n := min(avail, total-got, r.size-at, shmChunk)
+		if got < h.Len {
+			k := min(n, h.Len-got)
+			if err := sk.deliver(int(got), r.data[at:at+k]); err != nil {
+				return err
+			}
+		}
+		got += n
+		r.local += n
+		r.head.Store(r.local)
+		if s.ctl.stopped.Load() {
+			return errStopped
+		}
+		s.ctl.pumpAll()
+	}
+	return nil
+}

@@ -1,0 +1,330 @@
+package cpu
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// TCP link tuning.
+const (
+	// tcpSmallMax: payloads up to this size are read eagerly by the reader
+	// goroutine (no hand-off round trip) and written inline by the caller.
+	tcpSmallMax = 64 << 10
+	// tcpSegment is the segment size in which large payloads are handed to
+	// a reducing sink, so that reduction overlaps the transfer.
+	tcpSegment = 256 << 10
+	tcpInbox   = 64
+	// tcpSockBuf is the kernel socket buffer size asked for data links.
+	tcpSockBuf = 4 << 20
+)
+
+// tcpLink is a link over one TCP connection (TCP_NODELAY), authenticated at
+// setup (see rendezvous.go). A reader goroutine parses headers and hands
+// messages to the progress goroutine; a writer goroutine drains queued
+// sends, so that a rank can send a large chunk while it receives one (as
+// Gloo's tcp::Pair does with its event loop). With data false the link
+// only carries control messages (notices) and watches the peer's liveness
+// for an shm link.
+type tcpLink struct {
+	peer int
+	conn net.Conn
+	ctl  *ctl
+	data bool
+
+	// read side: reader goroutine → progress goroutine
+	br     *bufio.Reader
+	in     chan inMsg
+	resume chan struct{} // progress goroutine → reader: big payload consumed
+	cur    *inMsg        // polled, not yet read (progress goroutine only)
+	rerr   atomic.Pointer[error]
+	dead   chan struct{} // closed when the reader stops
+	seg    []byte        // scratch for segmented reads (progress goroutine only)
+
+	// write side
+	mu      sync.Mutex
+	q       []*tcpJob
+	busy    bool
+	wake    chan struct{} // cap 1
+	sent    chan struct{} // cap 1: a queued job finished
+	pending atomic.Int64
+	werr    atomic.Pointer[error]
+
+	closeOnce sync.Once
+}
+
+type inMsg struct {
+	h    header
+	data []byte // payload, for small messages
+	big  bool   // payload still on the connection
+}
+
+type tcpJob struct {
+	hdr     [headerSize]byte
+	payload []byte
+}
+
+func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *tcpLink {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		if data {
+			_ = tc.SetReadBuffer(tcpSockBuf)
+			_ = tc.SetWriteBuffer(tcpSockBuf)
+		}
+	}
+	l := &tcpLink{
+		peer: peer, conn: conn, ctl: c, data: data, br: br,
+		in: make(chan inMsg, tcpInbox), resume: make(chan struct{}, 1), dead: make(chan struct{}),
+		wake: make(chan struct{}, 1), sent: make(chan struct{}, 1),
+	}
+	go l.readLoop()
+	go l.writeLoop()
+	return l
+}
+
+func (l *tcpLink) spins() bool { return false }
+
+func (l *tcpLink) fail(err error) {
+	if l.ctl.stopped.Load() {
+		err = errStopped
+	}
+	l.rerr.CompareAndSwap(nil, &err)
+	l.ctl.poke()
+}
+
+// readErr is the reader's terminal error, or nil while it runs.
+func (l *tcpLink) readErr() error {
+	if p := l.rerr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (l *tcpLink) readLoop() {
+	defer close(l.dead)
+	var hb [headerSize]byte
+	for {
+		if _, err := io.ReadFull(l.br, hb[:]); err != nil {
+			l.fail(fmt.Errorf("reading from rank %d: %w", l.peer, err))
+			return
+		}
+		h, err := decodeHeader(hb[:])
+		if err != nil {
+			l.fail(fmt.Errorf("from rank %d: %w", l.peer, err))
+			return
+		}
+		if h.Kind == kindNotice {
+			if _, err := io.ReadFull(l.br, hb[:]); err != nil {
+				l.fail(fmt.Errorf("reading from rank %d: %w", l.peer, err))
+				return
+			}
+			off, err := decodeHeader(hb[:])
+			if err != nil {
+				l.fail(fmt.Errorf("from rank %d: %w", l.peer, err))
+				return
+			}
+			if l.ctl.onNotice != nil {
+				l.ctl.onNotice(l.peer, h, off)
+			}
+			l.ctl.poke()
+			continue
+		}
+		if !l.data {
+			l.fail(fmt.Errorf("rank %d sent data on a control-only connection", l.peer))
+			return
+		}
+		m := inMsg{h: h}
+		if h.Len <= tcpSmallMax {
+			m.data = make([]byte, h.Len)
+			if _, err := io.ReadFull(l.br, m.data); err != nil {
+				l.fail(fmt.Errorf("reading from rank %d: %w", l.peer, err))
+				return
+			}
+		} else {
+			m.big = true
+		}
+		select {
+		case l.in <- m:
+		case <-l.ctl.stop:
+			return
+		}
+		l.ctl.poke()
+		if m.big {
+			select {
+			case <-l.resume:
+			case <-l.ctl.stop:
+				return
+			}
+		}
+	}
+}
+
+func (l *tcpLink) poll() (header, bool, error) {
+	if l.cur != nil {
+		return l.cur.h, true, nil
+	}
+	select {
+	case m := <-l.in:
+		l.cur = &m
+		return m.h, true, nil
+	default:
+	}
+	if err := l.readErr(); err != nil {
+		return header{}, false, err
+	}
+	return header{}, false, nil
+}
+
+func (l *tcpLink) read(h *header, s sink) error {
+	m := l.cur
+	l.cur = nil
+	if m == nil {
+		return fmt.Errorf("cpu: internal error: read without poll on link to rank %d", l.peer)
+	}
+	if !m.big {
+		if len(m.data) == 0 {
+			return nil
+		}
+		return s.deliver(0, m.data)
+	}
+	n := int(m.h.Len)
+	var err error
+	if s.fn == nil {
+		_, err = io.ReadFull(l.br, s.dst[:n])
+	} else {
+		if l.seg == nil {
+			l.seg = make([]byte, tcpSegment)
+		}
+		for off := 0; off < n && err == nil; {
+			k := min(n-off, len(l.seg))
+			if _, err = io.ReadFull(l.br, l.seg[:k]); err == nil {
+				err = s.fn(off, l.seg[:k])
+				off += k
+			}
+		}
+	}
+	if err != nil {
+		if l.ctl.stopped.Load() {
+			return errStopped
+		}
+		return fmt.Errorf("reading from rank %d: %w", l.peer, err)
+	}
+	l.resume <- struct{}{}
+	return nil
+}
+
+func (l *tcpLink) send(h *header, payload []byte) error {
+	if l.ctl.stopped.Load() {
+		return errStopped
+	}
+	if p := l.werr.Load(); p != nil {
+		return *p
+	}
+	j := &tcpJob{payload: payload}
+	h.encode(j.hdr[:])
+	l.mu.Lock()
+	if !l.busy && len(l.q) == 0 && len(payload) <= tcpSmallMax {
+		l.busy = true
+		l.mu.Unlock()
+		err := l.write(j)
+		l.mu.Lock()
+		l.busy = false
+		more := len(l.q) > 0
+		l.mu.Unlock()
+		if more {
+			l.kick()
+		}
+		return err
+	}
+	l.q = append(l.q, j)
+	l.pending.Add(1)
+	l.mu.Unlock()
+	l.kick()
+	return nil
+}
+
+func (l *tcpLink) kick() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *tcpLink) write(j *tcpJob) error {
+	bufs := net.Buffers{j.hdr[:]}
+	if len(j.payload) > 0 {
+		bufs = append(bufs, j.payload)
+	}
+	if _, err := bufs.WriteTo(l.conn); err != nil {
+		if l.ctl.stopped.Load() {
+			return errStopped
+		}
+		err = fmt.Errorf("writing to rank %d: %w", l.peer, err)
+		l.werr.CompareAndSwap(nil, &err)
+		return err
+	}
+	return nil
+}
+
+func (l *tcpLink) writeLoop() {
+	for {
+		select {
+		case <-l.wake:
+		case <-l.ctl.stop:
+			return
+		}
+		for {
+			l.mu.Lock()
+			if l.busy || len(l.q) == 0 {
+				l.mu.Unlock()
+				break
+			}
+			j := l.q[0]
+			l.q[0] = nil
+			l.q = l.q[1:]
+			l.busy = true
+			l.mu.Unlock()
+			if l.werr.Load() == nil {
+				_ = l.write(j)
+			}
+			l.mu.Lock()
+			l.busy = false
+			l.mu.Unlock()
+			l.pending.Add(-1)
+			select {
+			case l.sent <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+func (l *tcpLink) flush() error {
+	for l.pending.Load() > 0 {
+		select {
+		case <-l.sent:
+		case <-l.ctl.stop:
+			return errStopped
+		}
+	}
+	if p := l.werr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// notice sends a mismatch notice (h, followed by the offending header).
+func (l *tcpLink) notice(h *header, off *header) {
+	b := make([]byte, headerSize)
+	off.encode(b)
+	h.Kind = kindNotice
+	h.Len = headerSize
+	_ = l.send(h, b)
+}
+
+func (l *tcpLink) close() {
+	l.closeOnce.Do(func() { _ = l.conn.Close() })
+}

@@ -1,0 +1,43 @@
+// Package comm is ranktree's collective-communication API: the public data
+// types (DType, ReduceOp, Buffer, Work and the typed errors), the
+// ProcessGroup that programs call (c10d's ProcessGroup), the Op descriptor
+// and Fingerprint that travel to an engine, and the Backend interface that
+// engines (comm/cpu, comm/nccl) implement.
+//
+// # One op, end to end
+//
+// A ProcessGroup method (AllReduce, Broadcast, ...) validates its input
+// with c10d's rules and wording, lowers the call to one *Op, and posts it
+// with a fresh *Work to the group's Launcher — the communicator actor of
+// package actors — as one mailbox message. The actor assigns the op the
+// group's next sequence number (Send and Recv, and batches made only of
+// them, use a separate P2P counter), completes the Fingerprint {group,
+// epoch, seq, op, dtype, count, root}, tells its Observer (watchdog, flight
+// recorder, event publisher) and calls Backend.Launch, in mailbox order.
+// The engine completes the Work.
+//
+// # The caller's duties
+//
+//  1. Issue the collectives of a group in the same order on every member:
+//     that order defines their sequence numbers, and a rank that differs
+//     gets ErrMismatch (from the CPU engine) or a timeout.
+//  2. Leave a Buffer's memory alone until its Work is done (Wait, Done).
+//  3. Pass group ranks as roots and peers (GlobalRank / GroupRank convert).
+//  4. Call NewGroup and Split on every member of the parent group, in the
+//     same order; a process outside the new group gets a Rank -1 group
+//     whose ops do nothing.
+//  5. Check errors with errors.Is: ErrInvalidArgument is a bug in the
+//     call (nothing was sent, no seq used); ErrTimeout, ErrAborted,
+//     ErrRemoteAbort, ErrMismatch, ErrTransport and ErrEngine leave the
+//     communicator unusable — re-create the group (or restart the job);
+//     ErrClosed follows Destroy.
+//  6. Destroy groups you created when done (the runtime destroys the
+//     world group on Close).
+//
+// # Files
+//
+// processgroup.go (type, config, identity, Destroy), validate.go (input
+// checks), processgroup_collectives.go (collectives and their lowering),
+// p2p.go (Send/Recv/BatchP2P), coalesce.go (Coalesce), objects.go (byte-blob
+// collectives), processgroup_groups.go (NewGroup, Split).
+package comm

@@ -1,0 +1,259 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/internal/testrank"
+)
+
+// newRecorded returns rank `rank` of a world of `size` whose engine is a
+// testrank.Recorder behind a real communicator actor.
+func newRecorded(t testing.TB, rank, size int) (*comm.ProcessGroup, *testrank.Recorder, *testrank.Factory) {
+	t.Helper()
+	var rec *testrank.Recorder
+	f := testrank.RecorderFactory(testrank.QuietSystem(), func(_ comm.GroupSpec, r *testrank.Recorder) {
+		if rec == nil {
+			rec = r
+		}
+	})
+	pg, err := f.World(context.Background(), rank, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Destroy(context.Background()) })
+	return pg, rec, f
+}
+
+func f32(n int) comm.Buffer { return comm.HostBuffer(make([]float32, n)) }
+func i64(n int) comm.Buffer { return comm.HostBuffer(make([]int64, n)) }
+
+func f32s(k, n int) []comm.Buffer {
+	out := make([]comm.Buffer, k)
+	for i := range out {
+		out[i] = f32(n)
+	}
+	return out
+}
+
+// TestValidation checks each bad-input case on rank 1 of 4: the Work fails
+// at once with an *ArgError wrapping ErrInvalidArgument whose text carries
+// c10d's wording and the values involved, nothing reaches the engine and no
+// sequence number is used.
+func TestValidation(t *testing.T) {
+	ctx := context.Background()
+	pg, rec, _ := newRecorded(t, 1, 4)
+	dev := comm.DeviceBuffer(0x1000, 4, comm.Float32, 0, 0)
+	cases := []struct {
+		name string
+		call func() *comm.Work
+		want []string
+	}{
+		{"coalesced mixed dtypes", func() *comm.Work {
+			return pg.AllReduceCoalesced(ctx, []comm.Buffer{f32(2), i64(2)}, comm.Sum)
+		}, []string{"tensors with different dtypes", "int64", "float32"}},
+		{"coalesced empty", func() *comm.Work { return pg.AllReduceCoalesced(ctx, nil, comm.Sum) }, []string{"non-empty"}},
+		{"invalid buffer", func() *comm.Work { return pg.AllReduce(ctx, comm.Buffer{}, comm.Sum) }, []string{"not a valid buffer"}},
+		{"bitwise on float", func() *comm.Work { return pg.AllReduce(ctx, f32(4), comm.BAnd) }, []string{"Cannot use ReduceOp.band", "float32"}},
+		{"avg on int", func() *comm.Work { return pg.AllReduce(ctx, comm.HostBuffer(make([]int32, 3)), comm.Avg) }, []string{"avg", "int32", "floating"}},
+		{"premul nan", func() *comm.Work { return pg.AllReduce(ctx, f32(4), comm.PreMulSum(math.NaN())) }, []string{"not finite"}},
+		{"device buffer on host engine", func() *comm.Work { return pg.AllReduce(ctx, dev, comm.Sum) }, []string{"cuda:0", "only handles host buffers"}},
+		{"broadcast root too big", func() *comm.Work { return pg.Broadcast(ctx, f32(4), 4) }, []string{"invalid root rank 4", "[0, 4)"}},
+		{"broadcast root negative", func() *comm.Work { return pg.Broadcast(ctx, f32(4), -1) }, []string{"invalid root rank -1"}},
+		{"reduce root", func() *comm.Work { return pg.Reduce(ctx, f32(4), 9, comm.Sum) }, []string{"invalid root rank 9"}},
+		{"reduce bad op", func() *comm.Work { return pg.Reduce(ctx, f32(4), 0, comm.BXor) }, []string{"bxor"}},
+		{"allgather list length", func() *comm.Work { return pg.AllGather(ctx, f32s(3, 4), f32(4)) }, []string{"output list has 3 buffers, expected 4"}},
+		{"allgather element size", func() *comm.Work {
+			out := f32s(4, 4)
+			out[2] = f32(5)
+			return pg.AllGather(ctx, out, f32(4))
+		}, []string{"output[2] has 5 elements, expected 4"}},
+		{"allgather dtype", func() *comm.Work {
+			out := f32s(4, 4)
+			out[3] = i64(4)
+			return pg.AllGather(ctx, out, f32(4))
+		}, []string{"tensors with different dtypes", "output[3] is int64"}},
+		{"allgather into size", func() *comm.Work { return pg.AllGatherInto(ctx, f32(15), f32(4)) }, []string{"output tensor size must be equal to world_size times input tensor size", "15", "16"}},
+		{"allgather into dtype", func() *comm.Work { return pg.AllGatherInto(ctx, i64(16), f32(4)) }, []string{"tensors with different dtypes"}},
+		{"allgatherv counts length", func() *comm.Work { return pg.AllGatherV(ctx, f32(6), f32(2), []int{2, 2, 2}) }, []string{"counts has 3 entries, expected 4"}},
+		{"allgatherv negative count", func() *comm.Work { return pg.AllGatherV(ctx, f32(6), f32(2), []int{2, 2, -1, 3}) }, []string{"counts[2] is -1"}},
+		{"allgatherv input count", func() *comm.Work { return pg.AllGatherV(ctx, f32(10), f32(3), []int{1, 2, 3, 4}) }, []string{"input has 3 elements, expected 2"}},
+		{"allgatherv output count", func() *comm.Work { return pg.AllGatherV(ctx, f32(9), f32(2), []int{1, 2, 3, 4}) }, []string{"output has 9 elements, expected 10"}},
+		{"reducescatter list length", func() *comm.Work { return pg.ReduceScatter(ctx, f32(4), f32s(5, 4), comm.Sum) }, []string{"input list has 5 buffers, expected 4"}},
+		{"reducescatter element size", func() *comm.Work {
+			in := f32s(4, 4)
+			in[0] = f32(3)
+			return pg.ReduceScatter(ctx, f32(4), in, comm.Sum)
+		}, []string{"input[0] has 3 elements, expected 4"}},
+		{"reducescatter tensor size", func() *comm.Work { return pg.ReduceScatterTensor(ctx, f32(4), f32(12), comm.Sum) }, []string{"input tensor must be the same size as output size times world size", "12"}},
+		{"reducescatterv output", func() *comm.Work {
+			return pg.ReduceScatterV(ctx, f32(1), f32(10), []int{1, 2, 3, 4}, comm.Sum)
+		}, []string{"output has 1 elements, expected 2"}},
+		{"alltoall not divisible", func() *comm.Work { return pg.AllToAllSingle(ctx, f32(8), f32(6), nil, nil) }, []string{"input has 6 elements", "4 equal splits"}},
+		{"alltoall split sum", func() *comm.Work {
+			return pg.AllToAllSingle(ctx, f32(8), f32(8), nil, []int{1, 1, 1, 1})
+		}, []string{"Split sizes doesn't match total dim 0 size", "sum to 4", "8 elements"}},
+		{"alltoall split length", func() *comm.Work {
+			return pg.AllToAllSingle(ctx, f32(8), f32(8), []int{4, 4}, nil)
+		}, []string{"output splits has 2 entries, expected 4"}},
+		{"alltoall list dtype", func() *comm.Work {
+			out := f32s(4, 1)
+			out[1] = i64(1)
+			return pg.AllToAll(ctx, out, f32s(4, 1))
+		}, []string{"tensors with different dtypes", "output[1] is int64"}},
+		{"alltoall list length", func() *comm.Work { return pg.AllToAll(ctx, f32s(4, 1), f32s(2, 1)) }, []string{"input list has 2 buffers, expected 4"}},
+		{"gather list on non-root", func() *comm.Work { return pg.Gather(ctx, f32s(4, 2), f32(2), 0) }, []string{"must NOT be specified on non-destination ranks"}},
+		{"gather list length on root", func() *comm.Work { return pg.Gather(ctx, f32s(2, 2), f32(2), 1) }, []string{"gather_list has 2 buffers, expected 4"}},
+		{"gather root", func() *comm.Work { return pg.Gather(ctx, nil, f32(2), 4) }, []string{"invalid root rank 4"}},
+		{"scatter list on non-root", func() *comm.Work { return pg.Scatter(ctx, f32(2), f32s(4, 2), 3) }, []string{"must NOT be specified on non-source ranks"}},
+		{"scatter element size on root", func() *comm.Work {
+			in := f32s(4, 2)
+			in[3] = f32(1)
+			return pg.Scatter(ctx, f32(2), in, 1)
+		}, []string{"scatter_list[3] has 1 elements, expected 2"}},
+		{"send to self", func() *comm.Work { return pg.ISend(ctx, f32(2), 1, 0) }, []string{"invalid destination rank 1", "should not be the same as rank of the current process"}},
+		{"send out of range", func() *comm.Work { return pg.ISend(ctx, f32(2), 4, 0) }, []string{"invalid destination rank 4", "[0, 4)"}},
+		{"recv out of range", func() *comm.Work { return pg.IRecv(ctx, f32(2), 7, 0) }, []string{"invalid source rank 7"}},
+		{"negative tag", func() *comm.Work { return pg.ISend(ctx, f32(2), 0, -3) }, []string{"invalid tag -3"}},
+		{"batch empty", func() *comm.Work { return pg.BatchP2P(ctx, nil) }, []string{"non-empty"}},
+		{"batch any source", func() *comm.Work {
+			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}, {Op: comm.OpRecv, Buf: f32(1), Peer: comm.AnySource}})
+		}, []string{"ops[1]", "invalid source rank -1"}},
+		{"batch wrong op type", func() *comm.Work {
+			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpAllReduce, Buf: f32(1), Peer: 0}})
+		}, []string{"ops[0]", "invalid P2P op type ALLREDUCE"}},
+		{"coalesce bad child", func() *comm.Work {
+			return pg.Coalesce(ctx, func(c *comm.Coalescer) error {
+				if err := c.AllReduce(f32(2), comm.Sum); err != nil {
+					return err
+				}
+				c.Broadcast(f32(2), 12) // error remembered even if ignored
+				return nil
+			})
+		}, []string{"invalid root rank 12"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.call()
+			if !w.IsCompleted() {
+				t.Fatal("Work for bad input is not completed at once")
+			}
+			err := w.Err()
+			if !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Fatalf("error %v does not wrap ErrInvalidArgument", err)
+			}
+			var ae *comm.ArgError
+			if !errors.As(err, &ae) || ae.Group != "default_pg" || ae.Rank != 1 {
+				t.Fatalf("error %#v is not an *ArgError naming group default_pg rank 1", err)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not contain %q", err, s)
+				}
+			}
+			if w.Seq() != 0 {
+				t.Errorf("rejected Work has seq %d", w.Seq())
+			}
+		})
+	}
+	if ops := rec.Ops(); len(ops) != 0 {
+		t.Fatalf("engine received %d ops for bad input; first %v", len(ops), ops[0].FP)
+	}
+	// No sequence number was consumed: the next good ops get 1.
+	if w := pg.AllReduce(ctx, f32(4), comm.Sum); w.Wait(ctx) != nil || w.Seq() != 1 {
+		t.Fatalf("first valid collective: seq %d err %v, want seq 1", w.Seq(), w.Err())
+	}
+	if w := pg.ISend(ctx, f32(4), 0, 0); w.Wait(ctx) != nil || w.Seq() != 1 {
+		t.Fatalf("first valid send: seq %d err %v, want P2P seq 1", w.Seq(), w.Err())
+	}
+}
+
+// TestObjectValidation checks the blob collectives' argument errors.
+func TestObjectValidation(t *testing.T) {
+	ctx := context.Background()
+	pg, rec, _ := newRecorded(t, 0, 3)
+	if _, err := pg.BroadcastBytes(ctx, []byte("x"), 3); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "invalid root rank 3") {
+		t.Errorf("BroadcastBytes root 3: %v", err)
+	}
+	if _, err := pg.ScatterBytes(ctx, [][]byte{{1}}, 0); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "parts has 1 buffers, expected 3") {
+		t.Errorf("ScatterBytes short parts: %v", err)
+	}
+	if _, err := pg.GatherBytes(ctx, nil, -2); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("GatherBytes root -2: %v", err)
+	}
+	if n := len(rec.Ops()); n != 0 {
+		t.Fatalf("%d ops reached the engine", n)
+	}
+}
+
+// nullLauncher counts submissions; for configurations without an actor.
+type nullLauncher struct{ n int }
+
+func (l *nullLauncher) Submit(op *comm.Op, w *comm.Work) { l.n++; w.Complete(nil) }
+func (l *nullLauncher) Abort(error)                      {}
+func (l *nullLauncher) Close(context.Context) error      { return nil }
+
+// TestValidationDeviceEngine checks that the NCCL engine refuses host
+// buffers and object collectives.
+func TestValidationDeviceEngine(t *testing.T) {
+	ctx := context.Background()
+	l := &nullLauncher{}
+	pg, err := comm.NewProcessGroup(comm.GroupConfig{Name: "g", Rank: 0, Size: 2, Launcher: l, Engine: "nccl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pg.AllReduce(ctx, f32(4), comm.Sum).Err()
+	if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "host memory") {
+		t.Errorf("host buffer on nccl: %v", err)
+	}
+	if err := pg.AllReduce(ctx, comm.DeviceBuffer(0x10, 4, comm.Float32, 0, 0), comm.Sum).Err(); err != nil {
+		t.Errorf("device buffer on nccl: %v", err)
+	}
+	if _, err := pg.AllGatherBytes(ctx, []byte("x")); !errors.Is(err, comm.ErrUnsupported) {
+		t.Errorf("AllGatherBytes on nccl: %v, want ErrUnsupported", err)
+	}
+	if l.n != 1 {
+		t.Errorf("launcher got %d ops, want 1", l.n)
+	}
+}
+
+// TestGroupConfigValidate checks NewProcessGroup's config errors.
+func TestGroupConfigValidate(t *testing.T) {
+	l := &nullLauncher{}
+	bad := []comm.GroupConfig{
+		{Rank: 0, Size: 1, Launcher: l},
+		{Name: "g", Rank: 0, Size: 0, Launcher: l},
+		{Name: "g", Rank: 2, Size: 2, Launcher: l},
+		{Name: "g", Rank: 0, Size: 2, GlobalRanks: []int{0}, Launcher: l},
+		{Name: "g", Rank: 0, Size: 2, GlobalRanks: []int{3, 3}, Launcher: l},
+		{Name: "g", Rank: 0, Size: 2},
+	}
+	for i, c := range bad {
+		if _, err := comm.NewProcessGroup(c); !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("config %d: err %v, want ErrInvalidArgument", i, err)
+		}
+	}
+	pg, err := comm.NewProcessGroup(comm.GroupConfig{Name: "g", Rank: 1, Size: 3, GlobalRanks: []int{4, 7, 9}, Launcher: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pg.Timeout() != comm.DefaultTimeout {
+		t.Errorf("default timeout %v", pg.Timeout())
+	}
+	if g, err := pg.GlobalRank(2); g != 9 || err != nil {
+		t.Errorf("GlobalRank(2) = %d, %v", g, err)
+	}
+	if r, err := pg.GroupRank(7); r != 1 || err != nil {
+		t.Errorf("GroupRank(7) = %d, %v", r, err)
+	}
+	if _, err := pg.GroupRank(5); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "global rank 5") {
+		t.Errorf("GroupRank(5): %v", err)
+	}
+	if _, err := pg.GlobalRank(3); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("GlobalRank(3): %v", err)
+	}
+}

@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Options are allreduce-bench's parsed command line.
+type Options struct {
+	Config    Config // what to measure
+	Transport string // "auto", "shm" or "tcp": the CPU engine's transport
+	JSON      bool   // print JSON lines instead of the table
+}
+
+// ParseArgs parses the command line (without the program name).
+// defaultTransport is the --transport default (main passes
+// $RANKTREE_TRANSPORT, or "auto"). Usage and errors go to stderr; -h gives
+// flag.ErrHelp. Bad values return an error naming the flag.
+func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Options, error) {
+	fs := flag.NewFlagSet("allreduce-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	collective := fs.String("collective", "allreduce", "allreduce | allgather | broadcast | reducescatter | alltoall")
+	op := fs.String("op", "sum", "reduction: sum | avg | prod | min | max | band | bor | bxor")
+	dtype := fs.String("dtype", "float32", "element type: float32 | float64 | float16 | bfloat16 | int8 | uint8 | int32 | int64 | bool")
+	sizes := fs.String("sizes", "4..64MiB", "comma-separated message sizes (4, 4KiB, 64MiB; A..B doubles from A to B)")
+	iters := fs.Int("iters", 20, "timed iterations per size")
+	warmup := fs.Int("warmup", 5, "untimed warm-up iterations per size")
+	root := fs.Int("root", 0, "broadcast root rank")
+	if defaultTransport == "" {
+		defaultTransport = "auto"
+	}
+	transport := fs.String("transport", defaultTransport, "CPU engine transport: auto | shm | tcp")
+	asJSON := fs.Bool("json", false, "print one JSON object per size instead of the table")
+	if err := fs.Parse(args); err != nil {
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var o Options
+	var err error
+	if o.Config.Collective, err = ParseCollective(*collective); err != nil {
+		return Options{}, fmt.Errorf("--collective: %w", err)
+	}
+	if o.Config.Op, err = comm.ParseReduceOp(*op); err != nil {
+		return Options{}, fmt.Errorf("--op: %w", err)
+	}
+	if o.Config.DType, err = comm.ParseDType(*dtype); err != nil {
+		return Options{}, fmt.Errorf("--dtype: %w", err)
+	}
+	if o.Config.Collective.Reduces() {
+		if err := o.Config.Op.Check(o.Config.DType); err != nil {
+			return Options{}, fmt.Errorf("--op %v with --dtype %v: %w", o.Config.Op, o.Config.DType, err)
+		}
+	}
+	if o.Config.Sizes, err = ParseSizes(*sizes); err != nil {
+		return Options{}, fmt.Errorf("--sizes: %w", err)
+	}
+	if *iters < 1 || *warmup < 0 || *root < 0 {
+		return Options{}, fmt.Errorf("--iters must be at least 1, --warmup and --root at least 0 (got %d, %d, %d)", *iters, *warmup, *root)
+	}
+	o.Config.Iters, o.Config.Warmup, o.Config.Root = *iters, *warmup, *root
+	switch *transport {
+	case "auto", "shm", "tcp":
+		o.Transport = *transport
+	default:
+		return Options{}, fmt.Errorf("--transport %q: want auto, shm or tcp", *transport)
+	}
+	o.JSON = *asJSON
+	return o, nil
+}

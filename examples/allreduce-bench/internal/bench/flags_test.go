@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+func TestParseArgsDefaults(t *testing.T) {
+	o, err := ParseArgs(nil, "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Config
+	if c.Collective != AllReduce || c.Op != comm.Sum || c.DType != comm.Float32 || c.Iters != 20 || c.Warmup != 5 ||
+		c.Root != 0 || o.Transport != "auto" || o.JSON {
+		t.Errorf("defaults = %+v", o)
+	}
+	if !slices.Equal(c.Sizes, DefaultSizes) {
+		t.Errorf("default sizes = %v, want %v", c.Sizes, DefaultSizes)
+	}
+	if o, _ := ParseArgs(nil, "tcp", io.Discard); o.Transport != "tcp" {
+		t.Errorf("transport default from the environment: %q", o.Transport)
+	}
+}
+
+func TestParseArgsAll(t *testing.T) {
+	o, err := ParseArgs([]string{"--collective", "reducescatter", "--op", "max", "--dtype", "bf16",
+		"--sizes", "4,4KiB,64MiB", "--iters", "7", "--warmup", "0", "--root", "1", "--transport", "shm", "--json"}, "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Config
+	if c.Collective != ReduceScatter || c.Op != comm.Max || c.DType != comm.BFloat16 || c.Iters != 7 || c.Warmup != 0 ||
+		c.Root != 1 || o.Transport != "shm" || !o.JSON || !slices.Equal(c.Sizes, []int64{4, 4096, 64 << 20}) {
+		t.Errorf("parsed = %+v", o)
+	}
+}
+
+func TestParseArgsErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--collective", "gather"}, {"--op", "mean"}, {"--dtype", "complex64"}, {"--sizes", "4,x"},
+		{"--iters", "0"}, {"--warmup", "-1"}, {"--root", "-2"}, {"--transport", "ib"}, {"extra"},
+		{"--op", "band"}, // bitwise op on the default float32
+		{"--dtype", "int32", "--op", "avg"},
+		{"--no-such-flag"},
+	} {
+		if _, err := ParseArgs(args, "", io.Discard); err == nil {
+			t.Errorf("ParseArgs(%q): want an error", args)
+		}
+	}
+	// A bitwise op is accepted for a collective that does not reduce.
+	if _, err := ParseArgs([]string{"--collective", "allgather", "--op", "band"}, "", io.Discard); err != nil {
+		t.Errorf("allgather with --op band: %v", err)
+	}
+	if _, err := ParseArgs([]string{"-h"}, "", io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: err = %v, want flag.ErrHelp", err)
+	}
+}

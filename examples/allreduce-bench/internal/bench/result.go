@@ -1,0 +1,60 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Result is one size's measurement. Its JSON form has exactly the keys
+// bytes, count, type, redop, time_us, algbw_GBps and busbw_GBps, the fields
+// of nccl-tests' output table.
+type Result struct {
+	Bytes     int64   `json:"bytes"`      // message size S in bytes (see the package doc)
+	Count     int     `json:"count"`      // elements in S
+	Type      string  `json:"type"`       // dtype, torch spelling ("float32")
+	RedOp     string  `json:"redop"`      // reduction ("sum"), or "none" for collectives without one
+	TimeUs    float64 `json:"time_us"`    // median over timed iterations of the slowest rank's time, µs
+	AlgBwGBps float64 `json:"algbw_GBps"` // Bytes / time, GB/s (1e9 B/s)
+	BusBwGBps float64 `json:"busbw_GBps"` // AlgBwGBps × Collective.BusFactor(n)
+}
+
+// NewResult fills the bandwidths from bytes and the median time in µs for
+// collective c on n ranks. A zero or negative time gives zero bandwidths.
+func NewResult(c Collective, n int, bytes int64, count int, dtype, redop string, timeUs float64) Result {
+	r := Result{Bytes: bytes, Count: count, Type: dtype, RedOp: redop, TimeUs: timeUs}
+	if timeUs > 0 {
+		r.AlgBwGBps = float64(bytes) / (timeUs * 1e-6) / 1e9
+		r.BusBwGBps = r.AlgBwGBps * c.BusFactor(n)
+	}
+	return r
+}
+
+// Median is the middle value of xs (the mean of the two middle values when
+// len(xs) is even); NaN for an empty slice. xs is not modified.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// FormatHeader is the two comment lines above the text table, as
+// nccl-tests prints them.
+func FormatHeader() string {
+	return fmt.Sprintf("# %12s %12s %9s %10s %12s %10s %10s\n# %12s %12s %9s %10s %12s %10s %10s\n",
+		"size", "count", "type", "redop", "time", "algbw", "busbw",
+		"(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)")
+}
+
+// FormatRow is one line of the text table.
+func FormatRow(r Result) string {
+	return fmt.Sprintf("  %12d %12d %9s %10s %12.2f %10.3f %10.3f\n",
+		r.Bytes, r.Count, r.Type, r.RedOp, r.TimeUs, r.AlgBwGBps, r.BusBwGBps)
+}

@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Group is what Run needs of a process group; *comm.ProcessGroup has it.
+type Group interface {
+	Rank() int
+	Size() int
+	AllReduce(ctx context.Context, buf comm.Buffer, red comm.ReduceOp, opts ...comm.OpOption) *comm.Work
+	AllGatherInto(ctx context.Context, out, in comm.Buffer, opts ...comm.OpOption) *comm.Work
+	Broadcast(ctx context.Context, buf comm.Buffer, root int, opts ...comm.OpOption) *comm.Work
+	ReduceScatterTensor(ctx context.Context, out, in comm.Buffer, red comm.ReduceOp, opts ...comm.OpOption) *comm.Work
+	AllToAllSingle(ctx context.Context, out, in comm.Buffer, outSplits, inSplits []int, opts ...comm.OpOption) *comm.Work
+	Barrier(ctx context.Context, opts ...comm.OpOption) *comm.Work
+}
+
+var _ Group = (*comm.ProcessGroup)(nil)
+
+// DefaultSizes is nccl-tests' usual sweep scaled to host memory: 4 B to
+// 64 MiB, doubling.
+var DefaultSizes = func() []int64 {
+	var s []int64
+	for v := int64(4); v <= 64<<20; v *= 2 {
+		s = append(s, v)
+	}
+	return s
+}()
+
+// Config describes one benchmark run. The same Config must be used on every
+// rank. Zero fields take the defaults named; validate checks the rest.
+type Config struct {
+	Collective Collective       // required
+	Op         comm.ReduceOp    // reduction of allreduce/reducescatter; zero: comm.Sum
+	DType      comm.DType       // element type; zero: comm.Float32
+	Sizes      []int64          // message sizes in bytes (see the package doc); empty: DefaultSizes
+	Iters      int              // timed iterations per size; 0: 20
+	Warmup     int              // untimed iterations before them (0: none; negative is an error)
+	Root       int              // root rank of broadcast
+	Now        func() time.Time // clock; nil: time.Now (tests pass a fake)
+}
+
+// validate fills defaults and checks c against a group of n ranks.
+func (c *Config) validate(n int) error {
+	if c.Collective < AllReduce || c.Collective > AllToAll {
+		return fmt.Errorf("bench: invalid collective %v", c.Collective)
+	}
+	if c.Op == (comm.ReduceOp{}) {
+		c.Op = comm.Sum
+	}
+	if c.DType == 0 {
+		c.DType = comm.Float32
+	}
+	if !c.DType.Valid() {
+		return fmt.Errorf("bench: invalid dtype %v", c.DType)
+	}
+	if c.Collective.Reduces() {
+		if err := c.Op.Check(c.DType); err != nil {
+			return fmt.Errorf("bench: --op %v with --dtype %v: %w", c.Op, c.DType, err)
+		}
+	}
+	if len(c.Sizes) == 0 {
+		c.Sizes = DefaultSizes
+	}
+	for _, s := range c.Sizes {
+		if s <= 0 {
+			return fmt.Errorf("bench: size %d is not positive", s)
+		}
+	}
+	if c.Iters == 0 {
+		c.Iters = 20
+	}
+	if c.Iters < 0 || c.Warmup < 0 {
+		return fmt.Errorf("bench: iters %d and warmup %d must not be negative", c.Iters, c.Warmup)
+	}
+	if c.Root < 0 || c.Root >= n {
+		return fmt.Errorf("bench: root %d is not a rank of a group of %d", c.Root, n)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Run measures cfg.Collective on g for every size in cfg.Sizes and calls
+// emit with each Result as soon as it is known. Every rank of g must call
+// Run with the same cfg: it issues collectives, and the timings are
+// combined across ranks, so every rank receives the same Results (print
+// them on rank 0). Buffers are allocated per size, zero-filled (so repeated
+// in-place reductions stay finite), and freed afterwards.
+//
+// Per size: cfg.Warmup untimed iterations, a Barrier, then cfg.Iters timed
+// iterations back to back, each from launch to Work.Wait's return. A Max
+// allreduce of the per-iteration times gives the slowest rank's time, and
+// the reported time is their median.
+//
+// Errors: a bad cfg; the first failed Work (wrapped, naming the collective
+// and size; it unwraps to the comm sentinel); ctx's error; emit's error.
+func Run(ctx context.Context, g Group, cfg Config, emit func(Result) error) error {
+	if err := cfg.validate(g.Size()); err != nil {
+		return err
+	}
+	for _, size := range cfg.Sizes {
+		r, err := measure(ctx, g, &cfg, size)
+		if err != nil {
+			return fmt.Errorf("bench: %v of %s (%v) on rank %d: %w", cfg.Collective, FormatSize(size), cfg.DType, g.Rank(), err)
+		}
+		if err := emit(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// measure runs one size and returns its Result.
+func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, error) {
+	n, dt := g.Size(), cfg.DType
+	geo := cfg.Collective.Layout(size, dt.Size(), n)
+	in := comm.NewHostBuffer(dt, geo.InCount)
+	var out comm.Buffer
+	if geo.OutCount > 0 {
+		out = comm.NewHostBuffer(dt, geo.OutCount)
+	}
+	launch := func() *comm.Work {
+		switch cfg.Collective {
+		case AllReduce:
+			return g.AllReduce(ctx, in, cfg.Op)
+		case AllGather:
+			return g.AllGatherInto(ctx, out, in)
+		case Broadcast:
+			return g.Broadcast(ctx, in, cfg.Root)
+		case ReduceScatter:
+			return g.ReduceScatterTensor(ctx, out, in, cfg.Op)
+		default:
+			return g.AllToAllSingle(ctx, out, in, nil, nil)
+		}
+	}
+	for i := 0; i < cfg.Warmup; i++ {
+		if err := launch().Wait(ctx); err != nil {
+			return Result{}, fmt.Errorf("warm-up iteration %d: %w", i, err)
+		}
+	}
+	if err := g.Barrier(ctx).Wait(ctx); err != nil {
+		return Result{}, fmt.Errorf("barrier before the timed iterations: %w", err)
+	}
+	times := make([]float64, cfg.Iters) // µs
+	for i := range times {
+		t0 := cfg.Now()
+		if err := launch().Wait(ctx); err != nil {
+			return Result{}, fmt.Errorf("iteration %d: %w", i, err)
+		}
+		times[i] = float64(cfg.Now().Sub(t0).Nanoseconds()) / 1e3
+	}
+	if n > 1 && len(times) > 0 {
+		if err := g.AllReduce(ctx, comm.HostBuffer(times), comm.Max).Wait(ctx); err != nil {
+			return Result{}, fmt.Errorf("combining the times across ranks: %w", err)
+		}
+	}
+	redop := "none"
+	if cfg.Collective.Reduces() {
+		redop = cfg.Op.String()
+	}
+	bytes := int64(geo.Count) * int64(dt.Size())
+	return NewResult(cfg.Collective, n, bytes, geo.Count, dt.String(), redop, Median(times)), nil
+}

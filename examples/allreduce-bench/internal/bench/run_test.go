@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// fakeGroup records the calls Run makes and completes each Work at once
+// (with failAt's error at that call). Its AllReduce of the float64 time
+// vector plays the other ranks: it takes the elementwise max with peerTimes.
+type fakeGroup struct {
+	rank, size int
+	calls      []string
+	bufs       []string // "in/out" buffer descriptions per call
+	peerTimes  []float64
+	failAt     int // 1-based call index to fail; 0: never
+	failErr    error
+}
+
+func (f *fakeGroup) record(name string, bufs string) *comm.Work {
+	f.calls = append(f.calls, name)
+	f.bufs = append(f.bufs, bufs)
+	w := comm.NewWork(comm.OpAllReduce)
+	if f.failAt == len(f.calls) {
+		w.Complete(f.failErr)
+	} else {
+		w.Complete(nil)
+	}
+	return w
+}
+
+func (f *fakeGroup) Rank() int { return f.rank }
+func (f *fakeGroup) Size() int { return f.size }
+func (f *fakeGroup) AllReduce(_ context.Context, buf comm.Buffer, red comm.ReduceOp, _ ...comm.OpOption) *comm.Work {
+	if buf.DType() == comm.Float64 && red == comm.Max && f.peerTimes != nil {
+		ts, _ := comm.AsSlice[float64](buf)
+		for i := range ts {
+			ts[i] = max(ts[i], f.peerTimes[i])
+		}
+		return f.record("times", buf.String())
+	}
+	return f.record("allreduce:"+red.String(), buf.String())
+}
+func (f *fakeGroup) AllGatherInto(_ context.Context, out, in comm.Buffer, _ ...comm.OpOption) *comm.Work {
+	return f.record("allgather", in.String()+"/"+out.String())
+}
+func (f *fakeGroup) Broadcast(_ context.Context, buf comm.Buffer, root int, _ ...comm.OpOption) *comm.Work {
+	return f.record(fmt.Sprintf("broadcast:%d", root), buf.String())
+}
+func (f *fakeGroup) ReduceScatterTensor(_ context.Context, out, in comm.Buffer, red comm.ReduceOp, _ ...comm.OpOption) *comm.Work {
+	return f.record("reducescatter:"+red.String(), in.String()+"/"+out.String())
+}
+func (f *fakeGroup) AllToAllSingle(_ context.Context, out, in comm.Buffer, os, is []int, _ ...comm.OpOption) *comm.Work {
+	if os != nil || is != nil {
+		panic("bench must use equal splits")
+	}
+	return f.record("alltoall", in.String()+"/"+out.String())
+}
+func (f *fakeGroup) Barrier(context.Context, ...comm.OpOption) *comm.Work {
+	return f.record("barrier", "")
+}
+
+// fakeClock returns times that advance by the next step on every second
+// call, so iteration i (two calls: before and after) takes steps[i].
+func fakeClock(steps []time.Duration) func() time.Time {
+	t := time.Unix(1000, 0)
+	calls := 0
+	return func() time.Time {
+		if calls%2 == 1 {
+			t = t.Add(steps[calls/2])
+		}
+		calls++
+		return t
+	}
+}
+
+func TestRunAllReduceTimesAndCalls(t *testing.T) {
+	g := &fakeGroup{rank: 0, size: 4, peerTimes: []float64{2, 9, 2, 2, 50}}
+	cfg := Config{
+		Collective: AllReduce, Op: comm.Avg, DType: comm.Float32, Sizes: []int64{4096},
+		Iters: 5, Warmup: 2,
+		// local iteration times 5, 1, 3, 4, 2 µs; the peer's 2, 9, 2, 2, 50 →
+		// slowest per iteration 5, 9, 3, 4, 50 → median 5 µs.
+		Now: fakeClock([]time.Duration{5 * time.Microsecond, time.Microsecond, 3 * time.Microsecond, 4 * time.Microsecond, 2 * time.Microsecond}),
+	}
+	var got []Result
+	if err := Run(context.Background(), g, cfg, func(r Result) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls := []string{"allreduce:avg", "allreduce:avg", "barrier", "allreduce:avg", "allreduce:avg", "allreduce:avg", "allreduce:avg", "allreduce:avg", "times"}
+	if fmt.Sprint(g.calls) != fmt.Sprint(wantCalls) {
+		t.Fatalf("calls = %v, want %v", g.calls, wantCalls)
+	}
+	if g.bufs[0] != "float32×1024" || g.bufs[8] != "float64×5" {
+		t.Errorf("buffers = %v", g.bufs)
+	}
+	if len(got) != 1 {
+		t.Fatalf("results = %v", got)
+	}
+	r := got[0]
+	if r.Bytes != 4096 || r.Count != 1024 || r.Type != "float32" || r.RedOp != "avg" || r.TimeUs != 5 {
+		t.Errorf("result = %+v", r)
+	}
+	if math.Abs(r.AlgBwGBps-4096/5e-6/1e9) > 1e-9 || math.Abs(r.BusBwGBps-r.AlgBwGBps*1.5) > 1e-9 {
+		t.Errorf("bandwidths = %v / %v", r.AlgBwGBps, r.BusBwGBps)
+	}
+}
+
+// TestRunCollectiveBuffers checks the buffers each collective is given and
+// the redop reported.
+func TestRunCollectiveBuffers(t *testing.T) {
+	cases := []struct {
+		c         Collective
+		call, buf string
+		redop     string
+		count     int
+	}{
+		{AllGather, "allgather", "bfloat16×1536/bfloat16×3072", "none", 3072},
+		{Broadcast, "broadcast:2", "bfloat16×3072", "none", 3072},
+		{ReduceScatter, "reducescatter:max", "bfloat16×3072/bfloat16×1536", "max", 3072},
+		{AllToAll, "alltoall", "bfloat16×3072/bfloat16×3072", "none", 3072},
+	}
+	for _, c := range cases {
+		g := &fakeGroup{size: 2}
+		cfg := Config{Collective: c.c, Op: comm.Max, DType: comm.BFloat16, Sizes: []int64{6 << 10}, Iters: 1, Now: fakeClock([]time.Duration{time.Microsecond})}
+		if c.c == Broadcast {
+			g.size, cfg.Root = 3, 2
+		}
+		var r Result
+		if err := Run(context.Background(), g, cfg, func(x Result) error { r = x; return nil }); err != nil {
+			t.Fatalf("%v: %v", c.c, err)
+		}
+		if g.calls[1] != c.call || g.bufs[1] != c.buf {
+			t.Errorf("%v: call %q on %q, want %q on %q", c.c, g.calls[1], g.bufs[1], c.call, c.buf)
+		}
+		if r.RedOp != c.redop || r.Count != c.count || r.Bytes != int64(2*c.count) {
+			t.Errorf("%v: result %+v", c.c, r)
+		}
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	ctx := context.Background()
+	emit := func(Result) error { return nil }
+	bad := []Config{
+		{},                                     // no collective
+		{Collective: AllReduce, Op: comm.BAnd}, // bitwise op on float32
+		{Collective: ReduceScatter, Op: comm.Avg, DType: comm.Int32},
+		{Collective: AllReduce, Iters: -1},
+		{Collective: AllReduce, Warmup: -1},
+		{Collective: Broadcast, Root: 4},
+		{Collective: AllReduce, Sizes: []int64{0}},
+		{Collective: AllReduce, DType: comm.DType(99)},
+	}
+	for i, cfg := range bad {
+		g := &fakeGroup{size: 4}
+		if err := Run(ctx, g, cfg, emit); err == nil {
+			t.Errorf("config %d (%+v): want an error", i, cfg)
+		} else if len(g.calls) != 0 {
+			t.Errorf("config %d: issued %v before rejecting", i, g.calls)
+		}
+	}
+	// A bitwise op is fine for allgather, which does not reduce.
+	if err := Run(ctx, &fakeGroup{size: 2}, Config{Collective: AllGather, Op: comm.BAnd, Sizes: []int64{64}, Iters: 1}, emit); err != nil {
+		t.Errorf("allgather ignores --op: %v", err)
+	}
+	// A failed Work stops the run with an error naming the size that
+	// unwraps to the engine's sentinel; emit is not called for it.
+	g := &fakeGroup{size: 2, failAt: 4, failErr: &comm.EngineError{Engine: "cpu", Msg: "boom"}}
+	emitted := 0
+	err := Run(ctx, g, Config{Collective: AllReduce, Sizes: []int64{1 << 20}, Iters: 3, Warmup: 1}, func(Result) error { emitted++; return nil })
+	if !errors.Is(err, comm.ErrEngine) || emitted != 0 {
+		t.Fatalf("err = %v (emitted %d), want ErrEngine and nothing emitted", err, emitted)
+	}
+	if want := "allreduce of 1MiB (float32) on rank 0: iteration 1"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	// emit's error stops the run.
+	stop := errors.New("stop")
+	g = &fakeGroup{size: 2}
+	if err := Run(ctx, g, Config{Collective: AllReduce, Sizes: []int64{4, 8}, Iters: 1}, func(Result) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("emit error: got %v", err)
+	}
+}

@@ -1,0 +1,103 @@
+// Command allreduce-bench measures ranktree's collectives in the style of
+// nccl-tests (all_reduce_perf, all_gather_perf, ...). Run it as the ranks of
+// a job under rankrunner, which sets the env contract ranktree.Init reads:
+//
+//	rankrunner --nproc-per-node 2 ./examples/allreduce-bench \
+//	    --collective allreduce --op sum --dtype float32 \
+//	    --sizes 4,4KiB,1MiB..64MiB --iters 20 --warmup 5 --transport shm
+//
+// Rank 0 prints one line per size: bytes, count, type, redop, time_us (the
+// median over --iters of the slowest rank's time), algbw_GBps and
+// busbw_GBps (nccl-tests' definitions; see package internal/bench). With
+// --json it prints instead one JSON object per line with exactly those keys.
+//
+// Flags:
+//
+//	--collective  allreduce | allgather | broadcast | reducescatter | alltoall (default allreduce)
+//	--op          sum | avg | prod | min | max | band | bor | bxor (reducing collectives; default sum)
+//	--dtype       float32 | float64 | float16 | bfloat16 | int8 | uint8 | int32 | int64 | bool (default float32)
+//	--sizes       comma-separated sizes; "A..B" doubles from A to B (default 4..64MiB)
+//	--iters       timed iterations per size (default 20)
+//	--warmup      untimed iterations per size (default 5)
+//	--root        broadcast root (default 0)
+//	--transport   auto | shm | tcp: the CPU engine's transport, passed to
+//	              ranktree.Init as RANKTREE_TRANSPORT (default: that variable, else auto)
+//	--json        print JSON lines instead of the table
+//
+// Exit status: 0 on success, 2 for bad flags, 1 for any failure (printed on
+// stderr with the rank).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ranktree/ranktree"
+	"github.com/ranktree/ranktree/examples/allreduce-bench/internal/bench"
+)
+
+// envTransport is the variable through which the CPU engine's transport is
+// chosen (auto: shared memory between ranks on one host, TCP otherwise).
+const envTransport = "RANKTREE_TRANSPORT"
+
+func main() {
+	o, err := bench.ParseArgs(os.Args[1:], os.Getenv(envTransport), os.Stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "allreduce-bench:", err)
+		}
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce-bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// run joins the job, measures and prints (rank 0), then leaves the job.
+func run(ctx context.Context, o bench.Options, stdout io.Writer) (err error) {
+	if err := os.Setenv(envTransport, o.Transport); err != nil {
+		return err
+	}
+	rt, err := ranktree.Init(ctx)
+	if err != nil {
+		return fmt.Errorf("joining the job: %w", err)
+	}
+	defer func() {
+		if cerr := rt.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+			err = fmt.Errorf("leaving the job: %w", cerr)
+		}
+	}()
+	pg := rt.World()
+	lead := pg.Rank() == 0
+	if lead && !o.JSON {
+		redop := "none"
+		if o.Config.Collective.Reduces() {
+			redop = o.Config.Op.String()
+		}
+		fmt.Fprintf(stdout, "# ranktree allreduce-bench: %v on %d ranks, dtype %v, redop %s, transport %s, iters %d, warmup %d\n",
+			o.Config.Collective, pg.Size(), o.Config.DType, redop, o.Transport, o.Config.Iters, o.Config.Warmup)
+		fmt.Fprint(stdout, bench.FormatHeader())
+	}
+	enc := json.NewEncoder(stdout)
+	return bench.Run(ctx, pg, o.Config, func(r bench.Result) error {
+		if !lead {
+			return nil
+		}
+		if o.JSON {
+			return enc.Encode(r)
+		}
+		_, err := fmt.Fprint(stdout, bench.FormatRow(r))
+		return err
+	})
+}

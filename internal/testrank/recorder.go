@@ -1,0 +1,149 @@
+// Package testrank holds test helpers for ranktree's packages: a recording
+// comm.Backend, an in-process world of communicator actors, and the re-exec
+// helper that runs a test binary as several ranks (Gloo's multiproc_test).
+// It is imported by tests only.
+package testrank
+
+import (
+	"sync"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Recorder is a comm.Backend that records every op launched on it and, by
+// default, completes it at once with success (a Recv from AnySource reports
+// source 0, or 1 on rank 0). With Hold set, Works stay in flight until
+// Release, Abort or Close. Safe for concurrent use.
+type Recorder struct {
+	rank, size int
+
+	mu       sync.Mutex
+	ops      []*comm.Op
+	held     []*comm.Work
+	hold     bool
+	aborted  error
+	closed   bool
+	onLaunch func(op *comm.Op, w *comm.Work)
+}
+
+// NewRecorder returns a Recorder for group rank rank of size.
+func NewRecorder(rank, size int) *Recorder { return &Recorder{rank: rank, size: size} }
+
+// Name is "recorder".
+func (r *Recorder) Name() string { return "recorder" }
+
+// Rank is the group rank.
+func (r *Recorder) Rank() int { return r.rank }
+
+// Size is the group size.
+func (r *Recorder) Size() int { return r.size }
+
+// SetHold makes later ops stay in flight (true) or complete at once (false).
+func (r *Recorder) SetHold(hold bool) {
+	r.mu.Lock()
+	r.hold = hold
+	r.mu.Unlock()
+}
+
+// OnLaunch installs a hook run (outside the lock) for every launched op
+// before it is completed; the hook may panic to test engine failures.
+func (r *Recorder) OnLaunch(f func(op *comm.Op, w *comm.Work)) {
+	r.mu.Lock()
+	r.onLaunch = f
+	r.mu.Unlock()
+}
+
+// Launch records op and completes w unless holding.
+func (r *Recorder) Launch(op *comm.Op, w *comm.Work) {
+	r.mu.Lock()
+	r.ops = append(r.ops, op)
+	hook, hold, aborted, closed := r.onLaunch, r.hold, r.aborted, r.closed
+	if hold && aborted == nil && !closed {
+		r.held = append(r.held, w)
+	}
+	r.mu.Unlock()
+	if hook != nil {
+		hook(op, w)
+	}
+	switch {
+	case aborted != nil:
+		w.Complete(&comm.AbortedError{Group: "recorder", Reason: aborted})
+	case closed:
+		w.Complete(comm.ErrClosed)
+	case hold:
+	default:
+		w.MarkStarted()
+		if op.Type == comm.OpRecv {
+			src := op.Peer
+			if src == comm.AnySource {
+				src = 0
+				if r.rank == 0 {
+					src = 1
+				}
+			}
+			w.SetSource(src)
+		}
+		w.Complete(nil)
+	}
+}
+
+// Release completes every held Work with err.
+func (r *Recorder) Release(err error) {
+	r.mu.Lock()
+	held := r.held
+	r.held = nil
+	r.mu.Unlock()
+	for _, w := range held {
+		w.Complete(err)
+	}
+}
+
+// Abort fails held and later ops with an *AbortedError.
+func (r *Recorder) Abort(reason error) {
+	r.mu.Lock()
+	if r.aborted == nil {
+		r.aborted = reason
+		if reason == nil {
+			r.aborted = comm.ErrAborted
+		}
+	}
+	r.mu.Unlock()
+	r.Release(&comm.AbortedError{Group: "recorder", Reason: reason})
+}
+
+// AsyncError is the abort reason, if any.
+func (r *Recorder) AsyncError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.aborted
+}
+
+// Close fails held and later ops with ErrClosed.
+func (r *Recorder) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.Release(comm.ErrClosed)
+	return nil
+}
+
+// Closed reports whether Close was called.
+func (r *Recorder) Closed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// Ops returns the ops launched so far, in launch order.
+func (r *Recorder) Ops() []*comm.Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*comm.Op(nil), r.ops...)
+}
+
+// Reset forgets the recorded ops.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	r.ops = nil
+	r.mu.Unlock()
+}

@@ -1,0 +1,144 @@
+package natsstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// EmbeddedMaxPayload is the largest message the embedded server accepts
+// (8 MiB): a 1 MiB store value plus headers fits with room to spare.
+const EmbeddedMaxPayload = 8 << 20
+
+// EmbeddedOptions configures StartEmbedded.
+type EmbeddedOptions struct {
+	Host     string // listen address; default 127.0.0.1
+	Port     int    // client port; 0 picks a random free port
+	StoreDir string // JetStream file storage; "" = a temp dir removed on shutdown
+	// Token, or User and Password, require clients to authenticate.
+	Token, User, Password string
+	Log                   zerolog.Logger // server notices and errors (default: discarded)
+}
+
+// StartEmbedded runs an in-process NATS server with JetStream (file
+// storage) so a single-node job needs nothing installed; rankrunner and
+// tests use it. It returns the client URL ("nats://host:port") and a
+// shutdown function that stops the server, waits for it and removes a temp
+// store dir. Restarting with the same Port and StoreDir keeps the KV data.
+// The server also runs the add service (ServeAdds) on an in-process
+// connection, as torchrun's agent hosts the TCPStore server.
+func StartEmbedded(opts EmbeddedOptions) (url string, shutdown func(), err error) {
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.Port < 0 || opts.Port > 65535 {
+		return "", nil, fmt.Errorf("natsstore: embedded server: port %d out of range", opts.Port)
+	}
+	if opts.Token != "" && (opts.User != "" || opts.Password != "") {
+		return "", nil, errors.New("natsstore: embedded server: set either Token or User/Password, not both")
+	}
+	dir, tmp := opts.StoreDir, false
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "ranktree-nats-*"); err != nil {
+			return "", nil, fmt.Errorf("natsstore: embedded server: %w", err)
+		}
+		tmp = true
+	}
+	port := opts.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	sopts := &server.Options{
+		ServerName:    "ranktree-embedded",
+		Host:          opts.Host,
+		Port:          port,
+		JetStream:     true,
+		StoreDir:      dir,
+		MaxPayload:    EmbeddedMaxPayload,
+		NoSigs:        true,
+		Authorization: opts.Token,
+		Username:      opts.User,
+		Password:      opts.Password,
+		// Every rank blocked in Get/Wait holds one KV watch (an ephemeral
+		// consumer); lift the default cap of 1000 consumers per stream.
+		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
+	}
+	s, err := server.NewServer(sopts)
+	if err != nil {
+		if tmp {
+			os.RemoveAll(dir)
+		}
+		return "", nil, fmt.Errorf("natsstore: embedded server: %w", err)
+	}
+	s.SetLoggerV2(&serverLog{log: opts.Log}, false, false, false)
+	s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		if tmp {
+			os.RemoveAll(dir)
+		}
+		return "", nil, fmt.Errorf("natsstore: embedded server on %s:%d not ready after 30s", opts.Host, opts.Port)
+	}
+	url = s.ClientURL()
+	// The add service rides on an in-process connection.
+	copts := []nats.Option{nats.InProcessServer(s), nats.Name("ranktree-add-service"), nats.MaxReconnects(-1)}
+	if opts.Token != "" {
+		copts = append(copts, nats.Token(opts.Token))
+	}
+	if opts.User != "" {
+		copts = append(copts, nats.UserInfo(opts.User, opts.Password))
+	}
+	nc, err := nats.Connect(url, copts...)
+	var stopAdds func()
+	if err == nil {
+		stopAdds, err = ServeAdds(nc, opts.Log)
+	}
+	if err != nil {
+		if nc != nil {
+			nc.Close()
+		}
+		s.Shutdown()
+		if tmp {
+			os.RemoveAll(dir)
+		}
+		return "", nil, fmt.Errorf("natsstore: embedded server: starting the add service: %w", err)
+	}
+	opts.Log.Info().Str("url", url).Str("store_dir", dir).Msg("embedded NATS server started")
+	shutdown = func() {
+		stopAdds()
+		nc.Close()
+		s.Shutdown()
+		s.WaitForShutdown()
+		if tmp {
+			os.RemoveAll(dir)
+		}
+	}
+	return url, shutdown, nil
+}
+
+// serverLog adapts nats-server's Logger to zerolog.
+type serverLog struct{ log zerolog.Logger }
+
+func (l *serverLog) Noticef(format string, v ...any) {
+	l.log.Debug().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *serverLog) Warnf(format string, v ...any) {
+	l.log.Warn().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *serverLog) Fatalf(format string, v ...any) {
+	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *serverLog) Errorf(format string, v ...any) {
+	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *serverLog) Debugf(format string, v ...any) {
+	l.log.Trace().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *serverLog) Tracef(format string, v ...any) {
+	l.log.Trace().Str("component", "nats-server").Msgf(format, v...)
+}

@@ -1,0 +1,476 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ranktree/ranktree/actors"
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
+)
+
+// DumpVersion is the schema version written in every Dump.
+const DumpVersion = "ranktree-fr/1"
+
+// MaxStoreDumpBytes bounds a dump written to the store (values of at least
+// 1 MiB must be supported by every Store); older entries are left out of
+// the store copy until it fits (the file copy is complete).
+const MaxStoreDumpBytes = 1000 << 10
+
+// Entry is one flight-recorder record, after c10d's flight recorder
+// (torch.distributed FlightRecorder "entries"). Times are Unix nanoseconds,
+// 0 meaning "not yet".
+type Entry struct {
+	RecordID uint64 `json:"record_id"`     // unique per rank, increasing in launch order across groups
+	Group    string `json:"process_group"` // process group name
+	Epoch    uint32 `json:"epoch"`
+	Seq      uint64 `json:"collective_seq_id"` // collective seq (0 for Send/Recv)
+	P2PSeq   uint64 `json:"p2p_seq_id"`        // P2P seq for Send/Recv (0 otherwise)
+	Op       string `json:"op"`                // c10d OpType name, e.g. "ALLREDUCE"
+	IsP2P    bool   `json:"is_p2p"`
+	DType    string `json:"dtype"` // the fingerprint's dtype
+	Count    int64  `json:"count"` // elements per rank, from the fingerprint
+	Root     int32  `json:"root"`  // root of rooted ops, peer of P2P, else -1
+	RedOp    string `json:"redop,omitempty"`
+	// InputSizes/OutputSizes are the buffers' shapes ([elements] each, as
+	// ranktree buffers are flat); the dtypes are listed per buffer.
+	InputSizes      [][]int64 `json:"input_sizes"`
+	InputDTypes     []string  `json:"input_dtypes"`
+	OutputSizes     [][]int64 `json:"output_sizes"`
+	OutputDTypes    []string  `json:"output_dtypes"`
+	State           string    `json:"state"` // actors.State*: scheduled, started, completed, failed
+	TimeCreatedNS   int64     `json:"time_created_ns"`
+	TimeStartedNS   int64     `json:"time_discovered_started_ns"`
+	TimeCompletedNS int64     `json:"time_discovered_completed_ns"`
+	DurationMS      float64   `json:"duration_ms,omitempty"` // completed − started (or created)
+	TimeoutMS       int64     `json:"timeout_ms"`
+	Error           string    `json:"error,omitempty"`
+}
+
+// GroupStatus is one group's progress on the dumping rank (c10d "pg_status").
+// The Last* fields survive ring-buffer eviction.
+type GroupStatus struct {
+	Group            string `json:"name"`
+	Epoch            uint32 `json:"epoch"`
+	GroupRank        int    `json:"group_rank"` // -1 if unknown
+	Ranks            []int  `json:"ranks"`      // members' global ranks by group rank (nil if unknown)
+	LastEnqueued     uint64 `json:"last_enqueued_collective"`
+	LastStarted      uint64 `json:"last_started_collective"`
+	LastCompleted    uint64 `json:"last_completed_collective"`
+	LastEnqueuedP2P  uint64 `json:"last_enqueued_p2p"`
+	LastCompletedP2P uint64 `json:"last_completed_p2p"`
+	Evicted          uint64 `json:"evicted_entries"` // entries overwritten by the ring
+}
+
+// Dump is one rank's flight-recorder snapshot, as written to
+// RANKTREE_TRACE_DIR and to the store under TraceKey(rank).
+type Dump struct {
+	Version   string        `json:"version"` // DumpVersion
+	Job       string        `json:"job"`
+	Rank      int           `json:"rank"` // global rank
+	WorldSize int           `json:"world_size"`
+	Reason    string        `json:"reason,omitempty"` // why it was dumped (timeout, abort, request)
+	TimeNS    int64         `json:"dump_time_ns"`
+	Groups    []GroupStatus `json:"pg_status"`
+	Entries   []Entry       `json:"entries"` // by RecordID
+	// Truncated counts the oldest entries left out to fit the store.
+	Truncated int `json:"truncated_entries,omitempty"`
+}
+
+// RecorderConfig configures a FlightRecorder.
+type RecorderConfig struct {
+	Job       string
+	Rank      int // global rank
+	WorldSize int
+	// Capacity is the ring size per group (0: DefaultTraceBufferSize;
+	// TraceDisabled: record nothing but group progress).
+	Capacity int
+	// Now is the clock for entries without a Work and for dumps (nil: time.Now).
+	Now func() time.Time
+}
+
+// FlightRecorder keeps the last Capacity ops of every process group of one
+// rank. The communicator actors are its writers (Record, AddGroup, one call
+// per launch); the watchdog, the heartbeat monitor and dump requests read it
+// (Dump) from their own goroutines. The recorder owns its rings under one
+// mutex held only for memory work, never for I/O. Work states are read from
+// the Works themselves at dump time (their timestamps are atomics), so
+// engines never call the recorder.
+type FlightRecorder struct {
+	mu     sync.Mutex
+	cfg    RecorderConfig
+	nextID uint64
+	groups map[string]*ring
+}
+
+type slot struct {
+	e Entry
+	w *comm.Work // nil: state as recorded in e
+}
+
+type ring struct {
+	status GroupStatus
+	slots  []slot
+	next   int // index of the next write
+	n      int // live slots
+}
+
+// NewFlightRecorder returns an empty recorder.
+func NewFlightRecorder(cfg RecorderConfig) *FlightRecorder {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultTraceBufferSize
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &FlightRecorder{cfg: cfg, groups: map[string]*ring{}}
+}
+
+// AddGroup registers a group's membership (global ranks by group rank) and
+// this rank's group rank, so that dumps can name missing ranks. A group with
+// a new epoch replaces the old one's status (its entries stay in the ring).
+func (r *FlightRecorder) AddGroup(group string, epoch uint32, groupRank int, ranks []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.ring(group)
+	if g.status.Epoch != epoch {
+		g.status = GroupStatus{Group: group, Epoch: epoch, Evicted: g.status.Evicted}
+	}
+	g.status.GroupRank = groupRank
+	g.status.Ranks = slices.Clone(ranks)
+}
+
+func (r *FlightRecorder) ring(group string) *ring {
+	g := r.groups[group]
+	if g == nil {
+		n := max(r.cfg.Capacity, 0)
+		g = &ring{status: GroupStatus{Group: group, GroupRank: -1}, slots: make([]slot, n)}
+		r.groups[group] = g
+	}
+	return g
+}
+
+// Record adds a scheduled entry for op, launched on group with the given
+// deadline, and returns its record id. w (may be nil) is the op's Work;
+// the entry's state and times follow it. For Send/Recv op.FP.Seq is the
+// P2P seq.
+func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
+	e := Entry{Group: group, Epoch: op.FP.Epoch, Op: op.Type.String(), IsP2P: op.Type.IsP2P(),
+		DType: op.FP.DType.String(), Count: op.FP.Count, Root: op.FP.Root,
+		State: actors.StateScheduled, TimeoutMS: timeout.Milliseconds()}
+	if op.FP.RedOp != 0 {
+		e.RedOp = op.FP.RedOp.String()
+	}
+	if e.IsP2P {
+		e.P2PSeq = op.FP.Seq
+	} else {
+		e.Seq = op.FP.Seq
+	}
+	e.InputSizes, e.InputDTypes = shapes(op, true)
+	e.OutputSizes, e.OutputDTypes = shapes(op, false)
+	if w != nil {
+		e.TimeCreatedNS = w.Timings().Created.UnixNano()
+	} else {
+		e.TimeCreatedNS = r.cfg.Now().UnixNano()
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nextID++
+	e.RecordID = r.nextID
+	g := r.ring(group)
+	if e.Epoch > g.status.Epoch { // a restarted communicator: progress starts over
+		g.status = GroupStatus{Group: group, Epoch: e.Epoch, GroupRank: g.status.GroupRank,
+			Ranks: g.status.Ranks, Evicted: g.status.Evicted}
+	}
+	switch {
+	case e.Epoch != g.status.Epoch:
+		// An op of an older epoch, still being recorded: keep it, move no counters.
+	case e.IsP2P:
+		g.status.LastEnqueuedP2P = max(g.status.LastEnqueuedP2P, e.P2PSeq)
+	default:
+		g.status.LastEnqueued = max(g.status.LastEnqueued, e.Seq)
+	}
+	if len(g.slots) == 0 {
+		return e.RecordID
+	}
+	if g.n == len(g.slots) {
+		old := g.slots[g.next]
+		g.fold(entryNow(old))
+		g.status.Evicted++
+	} else {
+		g.n++
+	}
+	g.slots[g.next] = slot{e: e, w: w}
+	g.next = (g.next + 1) % len(g.slots)
+	return e.RecordID
+}
+
+// SetState records a state change for an entry recorded without a Work
+// (entries with a Work follow the Work). Unknown or evicted ids are ignored.
+func (r *FlightRecorder) SetState(id uint64, state string, at time.Time, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, g := range r.groups {
+		for i := range g.slots {
+			s := &g.slots[i]
+			if s.e.RecordID != id || s.w != nil {
+				continue
+			}
+			s.e.State = state
+			switch state {
+			case actors.StateStarted:
+				s.e.TimeStartedNS = at.UnixNano()
+			case actors.StateCompleted, actors.StateFailed:
+				s.e.TimeCompletedNS = at.UnixNano()
+			}
+			if err != nil {
+				s.e.Error = err.Error()
+			}
+			return
+		}
+	}
+}
+
+func shapes(op *comm.Op, in bool) ([][]int64, []string) {
+	var sizes [][]int64
+	var dts []string
+	var walk func(o *comm.Op)
+	walk = func(o *comm.Op) {
+		bufs := o.Out
+		if in {
+			bufs = o.In
+		}
+		for _, b := range bufs {
+			sizes = append(sizes, []int64{int64(b.Len())})
+			dts = append(dts, b.DType().String())
+		}
+		for _, c := range o.Children {
+			walk(c)
+		}
+	}
+	walk(op)
+	return sizes, dts
+}
+
+// entryNow is s's entry with state and times read from its Work.
+func entryNow(s slot) Entry {
+	e := s.e
+	if s.w == nil {
+		return e
+	}
+	t := s.w.Timings()
+	if !t.Started.IsZero() {
+		e.TimeStartedNS = t.Started.UnixNano()
+		e.State = actors.StateStarted
+	}
+	if !t.Completed.IsZero() {
+		e.TimeCompletedNS = t.Completed.UnixNano()
+		e.State = actors.StateCompleted
+		if err := s.w.Err(); err != nil {
+			e.State = actors.StateFailed
+			e.Error = err.Error()
+		}
+	}
+	if e.TimeCompletedNS != 0 {
+		from := e.TimeStartedNS
+		if from == 0 {
+			from = e.TimeCreatedNS
+		}
+		e.DurationMS = float64(e.TimeCompletedNS-from) / 1e6
+	}
+	return e
+}
+
+// fold advances the group's Last* counters with e (of the current epoch).
+func (g *ring) fold(e Entry) {
+	st := &g.status
+	if e.Epoch != st.Epoch {
+		return
+	}
+	if e.IsP2P {
+		if e.State == actors.StateCompleted {
+			st.LastCompletedP2P = max(st.LastCompletedP2P, e.P2PSeq)
+		}
+		return
+	}
+	if e.TimeStartedNS != 0 || e.State == actors.StateCompleted {
+		st.LastStarted = max(st.LastStarted, e.Seq)
+	}
+	if e.State == actors.StateCompleted {
+		st.LastCompleted = max(st.LastCompleted, e.Seq)
+	}
+}
+
+// Dump returns a snapshot of every group's entries and progress. reason
+// says why (e.g. "timeout", "abort", "request").
+func (r *FlightRecorder) Dump(reason string) Dump {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := Dump{Version: DumpVersion, Job: r.cfg.Job, Rank: r.cfg.Rank, WorldSize: r.cfg.WorldSize,
+		Reason: reason, TimeNS: r.cfg.Now().UnixNano(), Entries: []Entry{}}
+	names := make([]string, 0, len(r.groups))
+	for name := range r.groups {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		g := r.groups[name]
+		// Work on a copy of the status so that a dump never moves counters.
+		snap := ring{status: g.status}
+		snap.status.Ranks = slices.Clone(g.status.Ranks)
+		for i := 0; i < g.n; i++ {
+			s := g.slots[(g.next-g.n+i+len(g.slots))%len(g.slots)]
+			e := entryNow(s)
+			snap.fold(e)
+			d.Entries = append(d.Entries, e)
+		}
+		d.Groups = append(d.Groups, snap.status)
+	}
+	slices.SortFunc(d.Entries, func(a, b Entry) int { return cmpU64(a.RecordID, b.RecordID) })
+	return d
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ParseDump decodes a JSON dump and checks its version.
+func ParseDump(b []byte) (Dump, error) {
+	var d Dump
+	if err := json.Unmarshal(b, &d); err != nil {
+		return Dump{}, fmt.Errorf("supervisor: bad flight-recorder dump: %w", err)
+	}
+	if !strings.HasPrefix(d.Version, "ranktree-fr/") {
+		return Dump{}, fmt.Errorf("supervisor: bad flight-recorder dump: version %q, want %s", d.Version, DumpVersion)
+	}
+	return d, nil
+}
+
+// TraceKey is the store key of rank's latest dump: "trace/<rank>".
+func TraceKey(rank int) string { return "trace/" + strconv.Itoa(rank) }
+
+// TraceFile is the path of rank's dump under dir: dir/ranktree_trace_rank<rank>.json.
+func TraceFile(dir string, rank int) string {
+	return filepath.Join(dir, fmt.Sprintf("ranktree_trace_rank%d.json", rank))
+}
+
+// WriteDump writes d as JSON to TraceFile(dir, d.Rank) (if dir is not
+// empty; atomically, by rename) and to st under TraceKey(d.Rank) (if st is
+// not nil; shortened to MaxStoreDumpBytes by leaving out the oldest
+// entries). It tries both and returns their errors joined.
+func WriteDump(ctx context.Context, d Dump, dir string, st store.Store) error {
+	var errs []error
+	if dir != "" {
+		if err := writeDumpFile(d, dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if st != nil {
+		data, err := storeDumpBytes(d)
+		if err == nil {
+			err = st.Set(ctx, TraceKey(d.Rank), data)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("supervisor: writing rank %d's dump to the store key %q: %w", d.Rank, TraceKey(d.Rank), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func writeDumpFile(d Dump, dir string) error {
+	data, err := json.MarshalIndent(d, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("supervisor: trace dir: %w", err)
+	}
+	path := TraceFile(dir, d.Rank)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("supervisor: writing rank %d's dump: %w", d.Rank, err)
+	}
+	_, werr := tmp.Write(append(data, '\n'))
+	cerr := tmp.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("supervisor: writing rank %d's dump to %s: %w", d.Rank, path, werr)
+	}
+	return nil
+}
+
+func storeDumpBytes(d Dump) ([]byte, error) {
+	for {
+		data, err := json.Marshal(d)
+		if err != nil || len(data) <= MaxStoreDumpBytes || len(d.Entries) == 0 {
+			return data, err
+		}
+		cut := max(len(d.Entries)/4, 1)
+		d.Truncated += cut
+		d.Entries = d.Entries[cut:]
+	}
+}
+
+// ReadDumps fetches the dumps of ranks 0..world-1 from st without waiting
+// for missing ones (as `rankrunner diagnose` does); ranks without a dump
+// are simply absent from the result.
+func ReadDumps(ctx context.Context, st store.Store, world int) ([]Dump, error) {
+	var out []Dump
+	for rank := 0; rank < world; rank++ {
+		ok, err := st.Check(ctx, []string{TraceKey(rank)})
+		if err != nil {
+			return out, err
+		}
+		if !ok {
+			continue
+		}
+		b, err := st.Get(ctx, TraceKey(rank))
+		if err != nil {
+			return out, err
+		}
+		d, err := ParseDump(b)
+		if err != nil {
+			return out, fmt.Errorf("rank %d: %w", rank, err)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Dumper snapshots a FlightRecorder and writes it where Config says: the
+// watchdog's and the heartbeat monitor's dump action.
+type Dumper struct {
+	Rec   *FlightRecorder
+	Dir   string      // RANKTREE_TRACE_DIR ("" for none)
+	Store store.Store // nil for none
+}
+
+// Dump snapshots the recorder with reason and writes it (see WriteDump).
+func (d Dumper) Dump(ctx context.Context, reason string) error {
+	if d.Rec == nil {
+		return errors.New("supervisor: Dumper has no flight recorder")
+	}
+	return WriteDump(ctx, d.Rec.Dump(reason), d.Dir, d.Store)
+}

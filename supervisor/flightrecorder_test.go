@@ -1,0 +1,263 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ranktree/ranktree/actors"
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
+)
+
+func allreduceOp(seq uint64, n int) *comm.Op {
+	buf := comm.NewHostBuffer(comm.Float32, n)
+	return &comm.Op{Type: comm.OpAllReduce, In: []comm.Buffer{buf}, Out: []comm.Buffer{buf},
+		FP: comm.Fingerprint{Group: comm.GroupHash("default_pg"), Seq: seq, Op: comm.OpAllReduce,
+			DType: comm.Float32, RedOp: comm.RedSum, Count: int64(n), Root: -1}}
+}
+
+func TestFlightRecorderStatesFollowWorks(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Job: "j", Rank: 2, WorldSize: 4, Capacity: 8})
+	r.AddGroup("default_pg", 0, 2, []int{0, 1, 2, 3})
+	ws := make([]*comm.Work, 4)
+	for i := range ws {
+		ws[i] = comm.NewWork(comm.OpAllReduce)
+		id := r.Record("default_pg", allreduceOp(uint64(i+1), 16), ws[i], 2*time.Second)
+		if id != uint64(i+1) {
+			t.Fatalf("record id %d, want %d", id, i+1)
+		}
+	}
+	ws[0].MarkStarted()
+	ws[0].Complete(nil)
+	ws[1].MarkStarted()
+	ws[1].Complete(&comm.EngineError{Engine: "cpu", Rank: 2, Msg: "injected"})
+	ws[2].MarkStarted()
+
+	d := r.Dump("request")
+	if d.Version != DumpVersion || d.Job != "j" || d.Rank != 2 || d.WorldSize != 4 || d.Reason != "request" {
+		t.Errorf("header %+v", d)
+	}
+	want := []string{actors.StateCompleted, actors.StateFailed, actors.StateStarted, actors.StateScheduled}
+	if len(d.Entries) != 4 {
+		t.Fatalf("%d entries", len(d.Entries))
+	}
+	for i, e := range d.Entries {
+		if e.State != want[i] || e.Seq != uint64(i+1) || e.Op != "ALLREDUCE" || e.DType != "float32" ||
+			e.Count != 16 || e.TimeoutMS != 2000 || e.Group != "default_pg" || e.RedOp != "sum" {
+			t.Errorf("entry %d = %+v, want state %s", i, e, want[i])
+		}
+		if len(e.InputSizes) != 1 || e.InputSizes[0][0] != 16 || e.InputDTypes[0] != "float32" {
+			t.Errorf("entry %d sizes %v %v", i, e.InputSizes, e.InputDTypes)
+		}
+	}
+	if !strings.Contains(d.Entries[1].Error, "injected") {
+		t.Errorf("failed entry error %q", d.Entries[1].Error)
+	}
+	if d.Entries[0].TimeCompletedNS == 0 || d.Entries[0].TimeStartedNS == 0 || d.Entries[3].TimeStartedNS != 0 {
+		t.Errorf("times: %+v / %+v", d.Entries[0], d.Entries[3])
+	}
+	g := d.Groups[0]
+	if g.LastEnqueued != 4 || g.LastStarted != 3 || g.LastCompleted != 1 || g.GroupRank != 2 || len(g.Ranks) != 4 {
+		t.Errorf("status %+v, want enqueued 4 started 3 completed 1", g)
+	}
+}
+
+func TestFlightRecorderRingEvictsOldest(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Rank: 0, Capacity: 3})
+	for seq := uint64(1); seq <= 7; seq++ {
+		w := comm.NewWork(comm.OpAllReduce)
+		r.Record("default_pg", allreduceOp(seq, 1), w, time.Second)
+		if seq <= 5 {
+			w.MarkStarted()
+			w.Complete(nil)
+		}
+	}
+	p2p := &comm.Op{Type: comm.OpSend, Peer: 1, FP: comm.Fingerprint{Seq: 1, Op: comm.OpSend, DType: comm.Int32, Count: 2, Root: 1},
+		In: []comm.Buffer{comm.NewHostBuffer(comm.Int32, 2)}}
+	r.Record("pg1", p2p, nil, time.Second)
+
+	d := r.Dump("timeout")
+	var seqs []uint64
+	for _, e := range d.Entries {
+		if e.Group == "default_pg" {
+			seqs = append(seqs, e.Seq)
+		}
+	}
+	if len(seqs) != 3 || seqs[0] != 5 || seqs[2] != 7 {
+		t.Errorf("ring kept seqs %v, want [5 6 7]", seqs)
+	}
+	var dpg, pg1 GroupStatus
+	for _, g := range d.Groups {
+		switch g.Group {
+		case "default_pg":
+			dpg = g
+		case "pg1":
+			pg1 = g
+		}
+	}
+	if dpg.Evicted != 4 || dpg.LastCompleted != 5 || dpg.LastEnqueued != 7 {
+		t.Errorf("default_pg status %+v, want evicted 4, completed 5, enqueued 7", dpg)
+	}
+	if pg1.LastEnqueuedP2P != 1 || pg1.LastEnqueued != 0 {
+		t.Errorf("pg1 status %+v", pg1)
+	}
+	last := d.Entries[len(d.Entries)-1]
+	if !last.IsP2P || last.P2PSeq != 1 || last.Seq != 0 || last.Op != "SEND" || last.Root != 1 {
+		t.Errorf("p2p entry %+v", last)
+	}
+	// SetState drives entries recorded without a Work.
+	r.SetState(last.RecordID, actors.StateCompleted, time.Now(), nil)
+	d = r.Dump("x")
+	if e := d.Entries[len(d.Entries)-1]; e.State != actors.StateCompleted || e.TimeCompletedNS == 0 {
+		t.Errorf("after SetState: %+v", e)
+	}
+}
+
+func TestFlightRecorderDisabledKeepsProgress(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Capacity: TraceDisabled})
+	r.Record("default_pg", allreduceOp(1, 4), comm.NewWork(comm.OpAllReduce), time.Second)
+	d := r.Dump("x")
+	if len(d.Entries) != 0 || len(d.Groups) != 1 || d.Groups[0].LastEnqueued != 1 {
+		t.Errorf("disabled recorder dump %+v", d)
+	}
+}
+
+func TestFlightRecorderNewEpochResetsProgress(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Capacity: 10})
+	r.AddGroup("default_pg", 0, 0, []int{0, 1})
+	for seq := uint64(1); seq <= 3; seq++ {
+		r.Record("default_pg", allreduceOp(seq, 1), nil, time.Second)
+	}
+	op := allreduceOp(1, 1)
+	op.FP.Epoch = 1
+	r.Record("default_pg", op, nil, time.Second)
+	d := r.Dump("x")
+	if g := d.Groups[0]; g.Epoch != 1 || g.LastEnqueued != 1 || len(g.Ranks) != 2 {
+		t.Errorf("status after epoch change %+v", g)
+	}
+	if len(d.Entries) != 4 {
+		t.Errorf("old epoch's entries should stay: %d", len(d.Entries))
+	}
+}
+
+func TestFlightRecorderConcurrent(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Capacity: 64})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			name := []string{"a", "b", "c", "d"}[g]
+			for seq := uint64(1); seq <= 200; seq++ {
+				w := comm.NewWork(comm.OpAllReduce)
+				r.Record(name, allreduceOp(seq, 1), w, time.Second)
+				go w.Complete(nil)
+			}
+		}(g)
+	}
+	stop := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_ = r.Dump("concurrent")
+			}
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	d := r.Dump("final")
+	if len(d.Entries) != 4*64 {
+		t.Errorf("%d entries, want %d", len(d.Entries), 4*64)
+	}
+	for i := 1; i < len(d.Entries); i++ {
+		if d.Entries[i].RecordID <= d.Entries[i-1].RecordID {
+			t.Fatalf("entries not ordered by record id at %d", i)
+		}
+	}
+}
+
+func TestWriteDumpFileAndStore(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Job: "j", Rank: 3, WorldSize: 4})
+	w := comm.NewWork(comm.OpAllReduce)
+	r.Record("default_pg", allreduceOp(1, 4), w, time.Minute)
+	dir := t.TempDir() + "/traces"
+	st := store.NewMemStore()
+	defer st.Close()
+	ctx := context.Background()
+	if err := (Dumper{Rec: r, Dir: dir, Store: st}).Dump(ctx, "timeout"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(TraceFile(dir, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := ParseDump(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = st.Get(ctx, "trace/3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromStore, err := ParseDump(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []Dump{fromFile, fromStore} {
+		if d.Rank != 3 || d.Reason != "timeout" || len(d.Entries) != 1 || d.Entries[0].State != actors.StateScheduled {
+			t.Errorf("read back %+v", d)
+		}
+	}
+	dumps, err := ReadDumps(ctx, st, 4)
+	if err != nil || len(dumps) != 1 || dumps[0].Rank != 3 {
+		t.Errorf("ReadDumps = %+v, %v", dumps, err)
+	}
+	if _, err := ParseDump([]byte(`{"version":"other/1"}`)); err == nil {
+		t.Error("ParseDump accepted a foreign version")
+	}
+}
+
+func TestWriteDumpTruncatesForStore(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Capacity: 20000})
+	for seq := uint64(1); seq <= 12000; seq++ {
+		r.Record("default_pg", allreduceOp(seq, 1), nil, time.Minute)
+	}
+	st := store.NewMemStore()
+	defer st.Close()
+	ctx := context.Background()
+	if err := WriteDump(ctx, r.Dump("x"), "", st); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := st.Get(ctx, TraceKey(0))
+	d, err := ParseDump(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > MaxStoreDumpBytes || d.Truncated == 0 || d.Truncated+len(d.Entries) != 12000 {
+		t.Errorf("store copy %d bytes, truncated %d, kept %d", len(b), d.Truncated, len(d.Entries))
+	}
+	if d.Entries[len(d.Entries)-1].Seq != 12000 {
+		t.Error("truncation dropped the newest entries")
+	}
+}
+
+func TestWriteDumpReportsErrors(t *testing.T) {
+	st := store.NewMemStore()
+	st.Close()
+	f := t.TempDir() + "/file"
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := WriteDump(context.Background(), Dump{Version: DumpVersion, Rank: 1}, f, st)
+	if err == nil || !errors.Is(err, store.ErrClosed) || !strings.Contains(err.Error(), "trace/1") {
+		t.Errorf("WriteDump to a file path and a closed store: %v", err)
+	}
+}

@@ -1,0 +1,495 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/actors"
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
+)
+
+// Abortable is what the watchdog aborts: a group's engine (comm.Backend
+// satisfies it) or its communicator. Abort must return promptly and be
+// idempotent; later ops must fail with comm.ErrAborted.
+type Abortable interface{ Abort(reason error) }
+
+// AsyncErrorSource is polled by the watchdog every tick (comm.Backend
+// satisfies it; c10d: ncclCommGetAsyncError).
+type AsyncErrorSource interface{ AsyncError() error }
+
+// DumpWriter dumps the flight recorder (Dumper satisfies it).
+type DumpWriter interface {
+	Dump(ctx context.Context, reason string) error
+}
+
+// EventSink receives events without blocking (*actors.EventPublisher
+// satisfies it).
+type EventSink interface{ Emit(ev actors.Event) }
+
+// WatchdogConfig configures a Watchdog.
+type WatchdogConfig struct {
+	Rank int    // global rank
+	Cfg  Config // policy: ErrorHandling, Timeout, WatchdogInterval (validated here)
+	// Store receives abort/<comm-id> and progress keys and is watched for
+	// peers' (nil: single-process, no propagation).
+	Store  store.Store
+	Dumper DumpWriter // nil: no dumps
+	Events EventSink  // nil: no events
+	// Exit ends the process for ActTearDown (nil: os.Exit). The caller's
+	// Exit should flush the event publisher and logs first.
+	Exit func(code int)
+	// Heartbeat is beaten once per tick (nil: a new one, see Watchdog.Heartbeat).
+	Heartbeat *Heartbeat
+	// IOTimeout bounds each store write and dump (0: 5 s).
+	IOTimeout time.Duration
+	// ProgressInterval: see CoreConfig (0: DefaultProgressInterval).
+	ProgressInterval time.Duration
+	Log              zerolog.Logger
+	Now              func() time.Time // nil: time.Now
+}
+
+// Watchdog is the watchdog actor of one rank: it feeds WatchdogCore from a
+// ticker (Config.WatchdogInterval), from the communicators (TrackWork, via
+// Observer), from Work completions it polls, from engines' async errors it
+// polls and from the store's abort/ and progress/ prefixes it watches (a
+// push), and carries out the core's actions. All its state is owned by the
+// actor goroutine; the methods below only send messages.
+type Watchdog struct {
+	cfg  WatchdogConfig
+	core *WatchdogCore
+
+	system *actor.ActorSystem
+	pid    *actor.PID
+
+	// Owned by the actor.
+	nextID  WorkID
+	works   map[WorkID]*watched
+	groups  map[string]*watchedGroup
+	running bool
+	cancel  context.CancelFunc
+	once    sync.Once
+}
+
+type watched struct {
+	w       *comm.Work
+	group   string
+	epoch   uint32
+	fp      comm.Fingerprint
+	started bool
+}
+
+type watchedGroup struct {
+	spec      GroupSpec
+	abort     Abortable
+	async     AsyncErrorSource
+	asyncSeen bool
+}
+
+// Messages accepted by the watchdog actor (send them with the methods).
+type (
+	// RegisterGroup starts watching a communicator.
+	RegisterGroup struct {
+		Spec  GroupSpec
+		Comm  Abortable        // may be nil
+		Async AsyncErrorSource // may be nil
+	}
+	// DeregisterGroup stops watching a group (ProcessGroup.Destroy).
+	DeregisterGroup struct{ Group string }
+	// SetGroupTimeout changes a group's default deadline (ProcessGroup.SetTimeout).
+	SetGroupTimeout struct {
+		Group   string
+		Timeout time.Duration
+	}
+	// TrackWork puts a scheduled Work under the watchdog.
+	TrackWork struct {
+		Group   string
+		FP      comm.Fingerprint
+		Timeout time.Duration // per-op override (0: the group's)
+		Work    *comm.Work
+	}
+	watchdogTick  struct{}
+	watchdogStore struct{ ev store.Event }
+)
+
+// NewWatchdog validates cfg and returns an unstarted watchdog.
+func NewWatchdog(cfg WatchdogConfig) (*Watchdog, error) {
+	c, err := cfg.Cfg.Validate()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Cfg = c
+	if cfg.Exit == nil {
+		cfg.Exit = os.Exit
+	}
+	if cfg.Heartbeat == nil {
+		cfg.Heartbeat = &Heartbeat{}
+	}
+	if cfg.IOTimeout <= 0 {
+		cfg.IOTimeout = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	core := NewWatchdogCore(CoreConfig{Rank: cfg.Rank, Mode: c.ErrorHandling, Timeout: c.Timeout, ProgressInterval: cfg.ProgressInterval})
+	return &Watchdog{cfg: cfg, core: core, works: map[WorkID]*watched{}, groups: map[string]*watchedGroup{}}, nil
+}
+
+// Heartbeat is the counter the watchdog beats; hand it to the HeartbeatMonitor.
+func (wd *Watchdog) Heartbeat() *Heartbeat { return wd.cfg.Heartbeat }
+
+// Props returns the actor's props. The state lives in wd, so a restart
+// after a panic keeps every tracked Work. Use the default dispatcher (the
+// watchdog must not run on a caller's goroutine).
+func (wd *Watchdog) Props() *actor.Props {
+	return actor.PropsFromProducer(func() actor.Actor { return (*watchdogActor)(wd) })
+}
+
+// Start spawns the watchdog under parent (nil: the root), starts its ticker
+// and, with a store, its watches.
+func (wd *Watchdog) Start(system *actor.ActorSystem, parent actor.SpawnerContext) *actor.PID {
+	if parent == nil {
+		parent = system.Root
+	}
+	wd.system = system
+	wd.pid = parent.Spawn(wd.Props())
+	return wd.pid
+}
+
+// PID is the actor's PID (nil before Start).
+func (wd *Watchdog) PID() *actor.PID { return wd.pid }
+
+// Register starts watching group's communicator.
+func (wd *Watchdog) Register(spec GroupSpec, abort Abortable, async AsyncErrorSource) {
+	wd.system.Root.Send(wd.pid, RegisterGroup{Spec: spec, Comm: abort, Async: async})
+}
+
+// Deregister stops watching group.
+func (wd *Watchdog) Deregister(group string) {
+	wd.system.Root.Send(wd.pid, DeregisterGroup{Group: group})
+}
+
+// SetTimeout sets group's default deadline for later Works.
+func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
+	wd.system.Root.Send(wd.pid, SetGroupTimeout{Group: group, Timeout: d})
+}
+
+// Track puts w (fingerprint fp, per-op timeout or 0) under the watchdog.
+// It never blocks.
+func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, w *comm.Work) {
+	wd.system.Root.Send(wd.pid, TrackWork{Group: group, FP: fp, Timeout: timeout, Work: w})
+}
+
+// Observer returns the actors.Observer to give group's communicator actor:
+// it tracks every scheduled op under its deadline (op.Timeout, else the
+// group's).
+func (wd *Watchdog) Observer(group string) actors.Observer {
+	return actors.ObserverFunc(func(op *comm.Op, w *comm.Work) { wd.Track(group, op.FP, op.Timeout, w) })
+}
+
+// Stop stops the ticker, the watches and the actor, waiting at most
+// timeout. Tracked Works are left as they are. Idempotent.
+func (wd *Watchdog) Stop(timeout time.Duration) error {
+	var err error
+	wd.once.Do(func() {
+		if wd.pid == nil {
+			return
+		}
+		f := wd.system.Root.StopFuture(wd.pid)
+		done := make(chan error, 1)
+		go func() { done <- f.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(timeout):
+			err = fmt.Errorf("supervisor: watchdog of rank %d did not stop within %v", wd.cfg.Rank, timeout)
+		}
+	})
+	return err
+}
+
+type watchdogActor Watchdog
+
+// Receive implements actor.Actor.
+func (a *watchdogActor) Receive(ctx actor.Context) {
+	wd := (*Watchdog)(a)
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		wd.startLoops(ctx)
+	case *actor.Stopping:
+		if wd.cancel != nil {
+			wd.cancel()
+		}
+	case RegisterGroup:
+		spec := m.Spec
+		if spec.CommID == "" {
+			spec.CommID = CommID(spec.Name, spec.Epoch)
+		}
+		wd.groups[spec.Name] = &watchedGroup{spec: spec, abort: m.Comm, async: m.Async}
+		wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: spec.Name, Epoch: spec.Epoch, Action: "watch",
+			Detail: map[string]string{"comm_id": spec.CommID, "timeout": spec.Timeout.String()}})
+		wd.apply(wd.core.Step(EvAddGroup{Spec: spec}))
+	case DeregisterGroup:
+		delete(wd.groups, m.Group)
+		for id, w := range wd.works {
+			if w.group == m.Group {
+				delete(wd.works, id)
+			}
+		}
+		wd.apply(wd.core.Step(EvRemoveGroup{Group: m.Group}))
+	case SetGroupTimeout:
+		wd.apply(wd.core.Step(EvSetTimeout{Group: m.Group, Timeout: m.Timeout}))
+	case TrackWork:
+		wd.track(m)
+	case watchdogTick:
+		wd.tick()
+	case watchdogStore:
+		wd.storeEvent(m.ev)
+	}
+}
+
+// startLoops starts the ticker and the store watches, once (a restarted
+// actor gets Started again and keeps the running ones).
+func (wd *Watchdog) startLoops(ctx actor.Context) {
+	if wd.running {
+		return
+	}
+	wd.running = true
+	lctx, cancel := context.WithCancel(context.Background())
+	wd.cancel = cancel
+	pid, root := ctx.Self(), wd.system.Root
+	go func() {
+		t := time.NewTicker(wd.cfg.Cfg.WatchdogInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+				root.Send(pid, watchdogTick{})
+			}
+		}
+	}()
+	if wd.cfg.Store == nil {
+		return
+	}
+	for _, prefix := range []string{AbortPrefix, ProgressPrefix} {
+		ch, err := wd.cfg.Store.Watch(lctx, prefix, true)
+		if err != nil {
+			wd.cfg.Log.Error().Err(err).Int("rank", wd.cfg.Rank).Str("prefix", prefix).
+				Msg("watchdog cannot watch the store; peers' aborts will not be seen")
+			continue
+		}
+		go func() {
+			for ev := range ch {
+				root.Send(pid, watchdogStore{ev: ev})
+			}
+		}()
+	}
+}
+
+func (wd *Watchdog) track(m TrackWork) {
+	wd.nextID++
+	id := wd.nextID
+	var epoch uint32
+	if g := wd.groups[m.Group]; g != nil {
+		epoch = g.spec.Epoch
+	}
+	wd.works[id] = &watched{w: m.Work, group: m.Group, epoch: epoch, fp: m.FP}
+	wd.emitWork(wd.works[id], actors.StateScheduled)
+	wd.apply(wd.core.Step(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Work.Timings().Created}))
+}
+
+// tick polls Works and engines, then lets the core check deadlines.
+func (wd *Watchdog) tick() {
+	ids := make([]WorkID, 0, len(wd.works))
+	for id := range wd.works {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		tw := wd.works[id]
+		if tw == nil {
+			continue
+		}
+		if !tw.started && !tw.w.Timings().Started.IsZero() {
+			tw.started = true
+			wd.emitWork(tw, actors.StateStarted)
+			wd.apply(wd.core.Step(EvStarted{ID: id}))
+		}
+		if tw.w.IsCompleted() {
+			delete(wd.works, id)
+			err := tw.w.Err()
+			wd.emitWork(tw, stateOf(err))
+			wd.apply(wd.core.Step(EvCompleted{ID: id, Err: err}))
+		}
+	}
+	names := make([]string, 0, len(wd.groups))
+	for n := range wd.groups {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		g := wd.groups[n]
+		if g == nil || g.async == nil || g.asyncSeen {
+			continue
+		}
+		if err := g.async.AsyncError(); err != nil {
+			g.asyncSeen = true
+			wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: n, Epoch: g.spec.Epoch, Action: "async_error", Error: err.Error()})
+			wd.apply(wd.core.Step(EvAsyncError{Group: n, Err: err}))
+		}
+	}
+	wd.apply(wd.core.Step(EvTick{Now: wd.cfg.Now()}))
+	wd.cfg.Heartbeat.Beat()
+}
+
+func stateOf(err error) string {
+	if err != nil {
+		return actors.StateFailed
+	}
+	return actors.StateCompleted
+}
+
+// storeEvent turns a watched key into a core event.
+func (wd *Watchdog) storeEvent(ev store.Event) {
+	if ev.Type != store.EventPut {
+		return
+	}
+	switch {
+	case strings.HasPrefix(ev.Key, AbortPrefix):
+		var rec AbortRecord
+		if err := json.Unmarshal(ev.Value, &rec); err != nil {
+			wd.cfg.Log.Warn().Err(err).Str("key", ev.Key).Msg("watchdog: unreadable abort record; treating it as an abort by an unknown rank")
+			rec = AbortRecord{Rank: -1, Reason: string(ev.Value)}
+		}
+		wd.apply(wd.core.Step(EvRemoteAbort{CommID: strings.TrimPrefix(ev.Key, AbortPrefix), Record: rec}))
+	case strings.HasPrefix(ev.Key, ProgressPrefix):
+		rest := strings.TrimPrefix(ev.Key, ProgressPrefix)
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 {
+			return
+		}
+		rank, err := strconv.Atoi(rest[i+1:])
+		var p Progress
+		if err != nil || json.Unmarshal(ev.Value, &p) != nil {
+			return
+		}
+		wd.apply(wd.core.Step(EvProgress{CommID: rest[:i], Rank: rank, Progress: p}))
+	}
+}
+
+// apply carries out the core's actions in order. Store writes and dumps
+// are bounded by IOTimeout.
+func (wd *Watchdog) apply(acts []Action) {
+	log := wd.cfg.Log
+	for _, a := range acts {
+		switch a := a.(type) {
+		case ActFailWork:
+			tw := wd.works[a.ID]
+			if tw == nil {
+				continue
+			}
+			delete(wd.works, a.ID)
+			if tw.w.Complete(a.Err) {
+				wd.emitWork(tw, actors.StateFailed)
+			}
+			if errors.Is(a.Err, comm.ErrTimeout) {
+				log.Error().Err(a.Err).Int("rank", wd.cfg.Rank).Str("group", tw.group).Uint64("seq", tw.fp.Seq).Msg("watchdog: work timed out")
+				wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: tw.group, Epoch: tw.epoch, Seq: tw.fp.Seq,
+					Op: tw.fp.Op.String(), Action: "timeout", Error: a.Err.Error()})
+			}
+		case ActAbortComm:
+			log.Error().Err(a.Reason).Int("rank", wd.cfg.Rank).Str("group", a.Group).Msg("watchdog: aborting communicator")
+			g := wd.groups[a.Group]
+			if g != nil && g.abort != nil {
+				g.abort.Abort(a.Reason)
+			}
+			ev := actors.Event{Kind: actors.KindCommAbort, Group: a.Group, Error: a.Reason.Error(), Action: "abort"}
+			if g != nil {
+				ev.Epoch = g.spec.Epoch
+			}
+			wd.emit(ev)
+		case ActWriteAbort:
+			wd.storeSet(AbortKey(a.CommID), a.Record)
+			wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: a.Record.Group, Epoch: a.Record.Epoch,
+				Action: "write_abort", Error: a.Record.Reason, Detail: map[string]string{"comm_id": a.CommID}})
+		case ActPublishProgress:
+			wd.storeSet(ProgressKey(a.CommID, wd.cfg.Rank), a.Progress)
+		case ActDump:
+			if wd.cfg.Dumper != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), wd.cfg.IOTimeout)
+				if err := wd.cfg.Dumper.Dump(ctx, a.Reason); err != nil {
+					log.Error().Err(err).Int("rank", wd.cfg.Rank).Msg("watchdog: flight-recorder dump failed")
+				}
+				cancel()
+			}
+			wd.emit(actors.Event{Kind: actors.KindWatchdog, Action: "dump", Error: a.Reason})
+		case ActTearDown:
+			log.Error().Int("rank", wd.cfg.Rank).Int("exit_code", a.Code).Str("reason", a.Reason).
+				Str("mode", wd.cfg.Cfg.ErrorHandling.String()).Msg("watchdog: tearing the process down")
+			wd.emit(actors.Event{Kind: actors.KindWatchdog, Action: "teardown", Error: a.Reason,
+				Detail: map[string]string{"exit_code": strconv.Itoa(a.Code), "mode": wd.cfg.Cfg.ErrorHandling.String()}})
+			wd.cfg.Exit(a.Code)
+		}
+	}
+}
+
+func (wd *Watchdog) storeSet(key string, v any) {
+	if wd.cfg.Store == nil {
+		return
+	}
+	data, err := json.Marshal(v)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), wd.cfg.IOTimeout)
+		err = wd.cfg.Store.Set(ctx, key, data)
+		cancel()
+	}
+	if err != nil {
+		wd.cfg.Log.Warn().Err(err).Int("rank", wd.cfg.Rank).Str("key", key).Msg("watchdog: store write failed")
+	}
+}
+
+func (wd *Watchdog) emit(ev actors.Event) {
+	if wd.cfg.Events != nil {
+		wd.cfg.Events.Emit(ev)
+	}
+}
+
+// emitWork publishes a Work state change.
+func (wd *Watchdog) emitWork(tw *watched, state string) {
+	if wd.cfg.Events == nil {
+		return
+	}
+	ev := actors.Event{Kind: actors.KindWork, Group: tw.group, Epoch: tw.epoch, Op: tw.fp.Op.String(), State: state,
+		DType: tw.fp.DType.String(), Count: tw.fp.Count}
+	if tw.fp.Op.IsP2P() {
+		ev.P2PSeq = tw.fp.Seq
+	} else {
+		ev.Seq = tw.fp.Seq
+	}
+	if state == actors.StateCompleted || state == actors.StateFailed {
+		t := tw.w.Timings()
+		from := t.Started
+		if from.IsZero() {
+			from = t.Created
+		}
+		if !t.Completed.IsZero() {
+			ev.DurUS = float64(t.Completed.Sub(from).Nanoseconds()) / 1e3
+		}
+		if err := tw.w.Err(); err != nil {
+			ev.Error = err.Error()
+		}
+	}
+	wd.emit(ev)
+}

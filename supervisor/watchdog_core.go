@@ -1,0 +1,546 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// This file is the watchdog's decision core: a plain state machine with no
+// goroutine, clock, store or engine (etcd raft's raft.go). Watchdog (the
+// actor) feeds it events, time included, and carries out the actions it
+// returns. It follows c10d's ProcessGroupNCCL watchdog loop
+// (watchdogHandler: check timeouts, check async errors, abort, dump, tear
+// down per TORCH_NCCL_ASYNC_ERROR_HANDLING), with P2P ops under deadlines
+// too and peers' progress in every timeout message.
+
+// Exit codes of ActTearDown.
+const (
+	// ExitTearDown is the exit code after a timeout, async error or remote
+	// abort in TearDown or SkipCleanup mode.
+	ExitTearDown = 1
+	// ExitHeartbeat is the exit code when the heartbeat monitor finds the
+	// watchdog stalled.
+	ExitHeartbeat = 2
+)
+
+// DefaultProgressInterval is how often, at most, a rank publishes its
+// progress in a group while it changes.
+const DefaultProgressInterval = time.Second
+
+// WorkID identifies a tracked Work between the actor and the core.
+type WorkID uint64
+
+// CommID names one communicator (group × epoch) in store keys: "<group>.<epoch>".
+func CommID(group string, epoch uint32) string {
+	return group + "." + strconv.FormatUint(uint64(epoch), 10)
+}
+
+// AbortKey is the store key a rank writes when it aborts communicator commID:
+// "abort/<comm-id>"; its value is an AbortRecord as JSON.
+func AbortKey(commID string) string { return AbortPrefix + commID }
+
+// ProgressKey is the store key of rank's progress in commID:
+// "progress/<comm-id>/<rank>"; its value is a Progress as JSON.
+func ProgressKey(commID string, rank int) string {
+	return ProgressPrefix + commID + "/" + strconv.Itoa(rank)
+}
+
+// Store key prefixes watched by the watchdog.
+const (
+	AbortPrefix    = "abort/"
+	ProgressPrefix = "progress/"
+)
+
+// AbortRecord is the value of abort/<comm-id>.
+type AbortRecord struct {
+	Rank   int    `json:"rank"` // global rank that aborted
+	Group  string `json:"group"`
+	Epoch  uint32 `json:"epoch"`
+	Reason string `json:"reason"`
+}
+
+// Progress is one rank's collective progress in one communicator, as
+// published under ProgressKey. A rank has "reached" seq s when its engine
+// started executing it (Started ≥ s).
+type Progress struct {
+	Launched  uint64 `json:"launched"`  // last collective seq scheduled
+	Started   uint64 `json:"started"`   // last collective seq the engine began
+	Completed uint64 `json:"completed"` // last collective seq completed successfully
+}
+
+// GroupSpec describes a communicator to the watchdog.
+type GroupSpec struct {
+	Name    string
+	Epoch   uint32
+	CommID  string        // "" means CommID(Name, Epoch)
+	Engine  string        // "cpu", "nccl": named in *comm.EngineError
+	Members []int         // global ranks, by group rank
+	Timeout time.Duration // the group's default deadline (0: the core's)
+}
+
+// WatchdogEvent is an input to WatchdogCore.Step.
+type WatchdogEvent interface{ isWatchdogEvent() }
+
+// Watchdog events.
+type (
+	// EvAddGroup registers a communicator (ProcessGroup creation, restart).
+	EvAddGroup struct{ Spec GroupSpec }
+	// EvRemoveGroup forgets a group and its Works (ProcessGroup.Destroy,
+	// which fails them itself).
+	EvRemoveGroup struct{ Group string }
+	// EvSetTimeout changes a group's default deadline for Works scheduled
+	// afterwards (ProcessGroup.SetTimeout).
+	EvSetTimeout struct {
+		Group   string
+		Timeout time.Duration
+	}
+	// EvScheduled starts tracking a Work: At is when it was created; Timeout
+	// the per-op override (0: the group's).
+	EvScheduled struct {
+		ID      WorkID
+		Group   string
+		FP      comm.Fingerprint
+		Timeout time.Duration
+		At      time.Time
+	}
+	// EvStarted: the engine began executing the Work.
+	EvStarted struct{ ID WorkID }
+	// EvCompleted: the Work completed, successfully if Err is nil.
+	EvCompleted struct {
+		ID  WorkID
+		Err error
+	}
+	// EvTick is the periodic check: deadlines and progress publishing.
+	EvTick struct{ Now time.Time }
+	// EvAsyncError is an engine's first asynchronous error (Backend.AsyncError).
+	EvAsyncError struct {
+		Group string
+		Err   error
+	}
+	// EvRemoteAbort is an abort/<comm-id> key seen in the store.
+	EvRemoteAbort struct {
+		CommID string
+		Record AbortRecord
+	}
+	// EvProgress is a progress/<comm-id>/<rank> key seen in the store.
+	EvProgress struct {
+		CommID   string
+		Rank     int
+		Progress Progress
+	}
+)
+
+func (EvAddGroup) isWatchdogEvent()    {}
+func (EvRemoveGroup) isWatchdogEvent() {}
+func (EvSetTimeout) isWatchdogEvent()  {}
+func (EvScheduled) isWatchdogEvent()   {}
+func (EvStarted) isWatchdogEvent()     {}
+func (EvCompleted) isWatchdogEvent()   {}
+func (EvTick) isWatchdogEvent()        {}
+func (EvAsyncError) isWatchdogEvent()  {}
+func (EvRemoteAbort) isWatchdogEvent() {}
+func (EvProgress) isWatchdogEvent()    {}
+
+// Action is an output of WatchdogCore.Step, to be carried out in order.
+type Action interface{ isAction() }
+
+// Watchdog actions.
+type (
+	// ActFailWork completes the Work with Err (*comm.TimeoutError,
+	// *comm.EngineError, *comm.RemoteAbortError or *comm.AbortedError).
+	ActFailWork struct {
+		ID  WorkID
+		Err error
+	}
+	// ActAbortComm aborts the group's communicator (Backend.Abort) without
+	// evicting it, so later ops fail fast with comm.ErrAborted.
+	ActAbortComm struct {
+		Group  string
+		Reason error
+	}
+	// ActWriteAbort writes Record as JSON under AbortKey(CommID).
+	ActWriteAbort struct {
+		CommID string
+		Record AbortRecord
+	}
+	// ActPublishProgress writes Progress as JSON under ProgressKey(CommID, rank).
+	ActPublishProgress struct {
+		CommID   string
+		Progress Progress
+	}
+	// ActDump dumps the flight recorder.
+	ActDump struct{ Reason string }
+	// ActTearDown ends the process with Code after the actions before it.
+	ActTearDown struct {
+		Code   int
+		Reason string
+	}
+)
+
+func (ActFailWork) isAction()        {}
+func (ActAbortComm) isAction()       {}
+func (ActWriteAbort) isAction()      {}
+func (ActPublishProgress) isAction() {}
+func (ActDump) isAction()            {}
+func (ActTearDown) isAction()        {}
+
+// CoreConfig configures a WatchdogCore.
+type CoreConfig struct {
+	Rank             int           // this process's global rank
+	Mode             ErrorHandling // 0: TearDown
+	Timeout          time.Duration // default group deadline (0: DefaultTimeout)
+	ProgressInterval time.Duration // 0: DefaultProgressInterval
+}
+
+// WatchdogCore holds the watchdog's state: the groups, their in-flight
+// Works with deadlines, local and peer progress, and what has been aborted.
+// It is owned by one goroutine (the watchdog actor's); Step is not safe for
+// concurrent use.
+type WatchdogCore struct {
+	cfg      CoreConfig
+	groups   map[string]*wdGroup
+	byComm   map[string]*wdGroup
+	works    map[WorkID]*wdWork
+	pending  map[string]AbortRecord // aborts seen for comm-ids not (yet) registered
+	tornDown bool
+}
+
+type wdGroup struct {
+	spec      GroupSpec
+	timeout   time.Duration
+	aborted   bool
+	abortErr  error
+	local     Progress
+	published Progress
+	lastPub   time.Time
+	peers     map[int]Progress
+}
+
+type wdWork struct {
+	id       WorkID
+	group    string
+	fp       comm.Fingerprint
+	at       time.Time
+	timeout  time.Duration
+	deadline time.Time
+}
+
+// NewWatchdogCore returns a core with no groups.
+func NewWatchdogCore(cfg CoreConfig) *WatchdogCore {
+	if cfg.Mode == 0 {
+		cfg.Mode = TearDown
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = DefaultProgressInterval
+	}
+	return &WatchdogCore{cfg: cfg, groups: map[string]*wdGroup{}, byComm: map[string]*wdGroup{},
+		works: map[WorkID]*wdWork{}, pending: map[string]AbortRecord{}}
+}
+
+// InFlight is the number of tracked Works.
+func (c *WatchdogCore) InFlight() int { return len(c.works) }
+
+// TornDown reports whether the core has decided to end the process; it
+// then ignores every event.
+func (c *WatchdogCore) TornDown() bool { return c.tornDown }
+
+// Aborted reports whether group's communicator has been aborted (by this
+// rank or a peer).
+func (c *WatchdogCore) Aborted(group string) bool {
+	g := c.groups[group]
+	return g != nil && g.aborted
+}
+
+// Step applies one event and returns the actions to carry out, in order.
+func (c *WatchdogCore) Step(ev WatchdogEvent) []Action {
+	if c.tornDown {
+		return nil
+	}
+	switch e := ev.(type) {
+	case EvAddGroup:
+		return c.addGroup(e.Spec)
+	case EvRemoveGroup:
+		if g := c.groups[e.Group]; g != nil {
+			delete(c.groups, e.Group)
+			delete(c.byComm, g.spec.CommID)
+			for id, w := range c.works {
+				if w.group == e.Group {
+					delete(c.works, id)
+				}
+			}
+		}
+	case EvSetTimeout:
+		if e.Timeout > 0 {
+			c.group(e.Group).timeout = e.Timeout
+		}
+	case EvScheduled:
+		return c.scheduled(e)
+	case EvStarted:
+		if w := c.works[e.ID]; w != nil && !w.fp.Op.IsP2P() {
+			g := c.group(w.group)
+			g.local.Started = max(g.local.Started, w.fp.Seq)
+		}
+	case EvCompleted:
+		return c.completed(e)
+	case EvTick:
+		return c.tick(e.Now)
+	case EvAsyncError:
+		return c.asyncError(e)
+	case EvRemoteAbort:
+		return c.remoteAbort(e.CommID, e.Record)
+	case EvProgress:
+		if g := c.byComm[e.CommID]; g != nil && e.Rank != c.cfg.Rank {
+			g.peers[e.Rank] = e.Progress
+		}
+	}
+	return nil
+}
+
+func (c *WatchdogCore) group(name string) *wdGroup {
+	g := c.groups[name]
+	if g == nil {
+		g = c.newGroup(GroupSpec{Name: name})
+	}
+	return g
+}
+
+func (c *WatchdogCore) newGroup(spec GroupSpec) *wdGroup {
+	if spec.CommID == "" {
+		spec.CommID = CommID(spec.Name, spec.Epoch)
+	}
+	g := &wdGroup{spec: spec, timeout: spec.Timeout, peers: map[int]Progress{}}
+	if g.timeout <= 0 {
+		g.timeout = c.cfg.Timeout
+	}
+	if old := c.groups[spec.Name]; old != nil {
+		delete(c.byComm, old.spec.CommID)
+	}
+	c.groups[spec.Name] = g
+	c.byComm[spec.CommID] = g
+	return g
+}
+
+func (c *WatchdogCore) addGroup(spec GroupSpec) []Action {
+	// A new epoch of a group starts clean; Works of the old one are dropped
+	// (the old communicator fails them).
+	for id, w := range c.works {
+		if w.group == spec.Name {
+			delete(c.works, id)
+		}
+	}
+	g := c.newGroup(spec)
+	if rec, ok := c.pending[g.spec.CommID]; ok {
+		delete(c.pending, g.spec.CommID)
+		return c.remoteAbort(g.spec.CommID, rec)
+	}
+	return nil
+}
+
+func (c *WatchdogCore) scheduled(e EvScheduled) []Action {
+	g := c.group(e.Group)
+	if g.aborted {
+		return []Action{ActFailWork{ID: e.ID, Err: &comm.AbortedError{Group: e.Group, Reason: g.abortErr}}}
+	}
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = g.timeout
+	}
+	c.works[e.ID] = &wdWork{id: e.ID, group: e.Group, fp: e.FP, at: e.At, timeout: timeout, deadline: e.At.Add(timeout)}
+	if !e.FP.Op.IsP2P() {
+		g.local.Launched = max(g.local.Launched, e.FP.Seq)
+	}
+	return nil
+}
+
+func (c *WatchdogCore) completed(e EvCompleted) []Action {
+	w := c.works[e.ID]
+	if w == nil {
+		return nil
+	}
+	delete(c.works, e.ID)
+	g := c.group(w.group)
+	if e.Err == nil {
+		if !w.fp.Op.IsP2P() {
+			g.local.Started = max(g.local.Started, w.fp.Seq)
+			g.local.Completed = max(g.local.Completed, w.fp.Seq)
+		}
+		return nil
+	}
+	// An engine-detected failure breaks the communicator: handle it like an
+	// async error so that peers learn of it. Errors that are themselves
+	// consequences of an abort, or the caller's, are not incidents.
+	if g.aborted || !(errors.Is(e.Err, comm.ErrTransport) || errors.Is(e.Err, comm.ErrMismatch) || errors.Is(e.Err, comm.ErrEngine)) {
+		return nil
+	}
+	return c.incident(g, e.Err, fmt.Sprintf("rank %d: %v failed: %v", c.cfg.Rank, w.fp, e.Err), false)
+}
+
+func (c *WatchdogCore) tick(now time.Time) []Action {
+	var acts []Action
+	// Deadlines, earliest first (then by id) so that the outcome does not
+	// depend on map order.
+	var due []*wdWork
+	for _, w := range c.works {
+		if !now.Before(w.deadline) {
+			due = append(due, w)
+		}
+	}
+	slices.SortFunc(due, func(a, b *wdWork) int {
+		if d := a.deadline.Compare(b.deadline); d != 0 {
+			return d
+		}
+		return cmpU64(uint64(a.id), uint64(b.id))
+	})
+	for _, w := range due {
+		if c.tornDown {
+			break
+		}
+		if c.works[w.id] == nil { // already failed by an earlier incident
+			continue
+		}
+		g := c.group(w.group)
+		terr := c.timeoutError(g, w, now)
+		delete(c.works, w.id)
+		acts = append(acts, ActFailWork{ID: w.id, Err: terr})
+		acts = append(acts, c.incident(g, terr, terr.Error(), false)...)
+	}
+	if c.tornDown {
+		return acts
+	}
+	// Progress publishing, rate-limited per group.
+	names := make([]string, 0, len(c.groups))
+	for n := range c.groups {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		g := c.groups[n]
+		if g.local != g.published && now.Sub(g.lastPub) >= c.cfg.ProgressInterval {
+			g.published, g.lastPub = g.local, now
+			acts = append(acts, ActPublishProgress{CommID: g.spec.CommID, Progress: g.local})
+		}
+	}
+	return acts
+}
+
+// timeoutError builds the report for w, naming which members have reached
+// (started) and completed its seq, from local and published progress.
+func (c *WatchdogCore) timeoutError(g *wdGroup, w *wdWork, now time.Time) *comm.TimeoutError {
+	e := &comm.TimeoutError{Rank: c.cfg.Rank, FP: w.fp, Group: w.group, Timeout: w.timeout, Elapsed: now.Sub(w.at)}
+	if w.fp.Op.IsP2P() {
+		return e // P2P has its own sequence; peers' collective progress says nothing
+	}
+	s := w.fp.Seq
+	for _, r := range g.spec.Members {
+		p, ok := g.peers[r]
+		if r == c.cfg.Rank {
+			p, ok = g.local, true // exact: a rank whose engine never began s names itself
+		}
+		switch {
+		case ok && p.Completed >= s:
+			e.Completed = append(e.Completed, r)
+			e.Reached = append(e.Reached, r)
+		case ok && p.Started >= s:
+			e.Reached = append(e.Reached, r)
+		default:
+			e.NotReached = append(e.NotReached, r)
+		}
+	}
+	return e
+}
+
+func (c *WatchdogCore) asyncError(e EvAsyncError) []Action {
+	g := c.groups[e.Group]
+	if g == nil || g.aborted || e.Err == nil {
+		return nil
+	}
+	var ee *comm.EngineError
+	if !errors.As(e.Err, &ee) {
+		ee = &comm.EngineError{Engine: g.spec.Engine, Rank: c.cfg.Rank, Msg: e.Err.Error()}
+		if w := c.oldest(e.Group); w != nil {
+			ee.FP = w.fp
+		}
+	}
+	acts := c.failGroupWorks(e.Group, ee)
+	return append(acts, c.incident(g, ee, fmt.Sprintf("rank %d: async engine error on group %q: %v", c.cfg.Rank, e.Group, ee), false)...)
+}
+
+func (c *WatchdogCore) remoteAbort(commID string, rec AbortRecord) []Action {
+	if rec.Rank == c.cfg.Rank {
+		return nil // our own abort, echoed by the watch
+	}
+	g := c.byComm[commID]
+	if g == nil {
+		c.pending[commID] = rec
+		return nil
+	}
+	if g.aborted {
+		return nil
+	}
+	err := &comm.RemoteAbortError{Rank: rec.Rank, Reason: rec.Reason}
+	acts := c.failGroupWorks(g.spec.Name, err)
+	return append(acts, c.incident(g, err, fmt.Sprintf("rank %d: group %q aborted by rank %d: %s", c.cfg.Rank, g.spec.Name, rec.Rank, rec.Reason), true)...)
+}
+
+// incident applies the error-handling mode after cause broke group g.
+// remote says the abort came from a peer (nothing to announce).
+func (c *WatchdogCore) incident(g *wdGroup, cause error, reason string, remote bool) []Action {
+	mode := c.cfg.Mode
+	var acts []Action
+	if mode != NoHandling {
+		g.aborted, g.abortErr = true, cause
+		acts = append(acts, c.failGroupWorks(g.spec.Name, &comm.AbortedError{Group: g.spec.Name, Reason: cause})...)
+	}
+	if mode.abortsComm() {
+		acts = append(acts, ActAbortComm{Group: g.spec.Name, Reason: cause})
+	}
+	if mode.announces() && !remote {
+		if g.local != g.published { // peers' diagnosis wants our latest progress
+			g.published = g.local
+			acts = append(acts, ActPublishProgress{CommID: g.spec.CommID, Progress: g.local})
+		}
+		acts = append(acts, ActWriteAbort{CommID: g.spec.CommID,
+			Record: AbortRecord{Rank: c.cfg.Rank, Group: g.spec.Name, Epoch: g.spec.Epoch, Reason: cause.Error()}})
+	}
+	acts = append(acts, ActDump{Reason: reason})
+	if mode.exits() {
+		c.tornDown = true
+		acts = append(acts, ActTearDown{Code: ExitTearDown, Reason: reason})
+	}
+	return acts
+}
+
+// failGroupWorks fails every tracked Work of group with err, in id order.
+func (c *WatchdogCore) failGroupWorks(group string, err error) []Action {
+	var ids []WorkID
+	for id, w := range c.works {
+		if w.group == group {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	acts := make([]Action, 0, len(ids))
+	for _, id := range ids {
+		delete(c.works, id)
+		acts = append(acts, ActFailWork{ID: id, Err: err})
+	}
+	return acts
+}
+
+func (c *WatchdogCore) oldest(group string) *wdWork {
+	var o *wdWork
+	for _, w := range c.works {
+		if w.group == group && (o == nil || w.id < o.id) {
+			o = w
+		}
+	}
+	return o
+}

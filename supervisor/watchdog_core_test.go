@@ -1,0 +1,324 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func fpAt(seq uint64) comm.Fingerprint {
+	return comm.Fingerprint{Group: comm.GroupHash("default_pg"), Seq: seq, Op: comm.OpAllReduce, DType: comm.Float32,
+		RedOp: comm.RedSum, Count: 1024, Root: -1}
+}
+
+// coreWith returns rank's core with default_pg of 4 ranks (timeout 2 s),
+// seqs 1..done completed and seqs done+1..launched scheduled at t0 (the
+// first of them started).
+func coreWith(rank int, mode ErrorHandling, done, launched uint64) *WatchdogCore {
+	c := NewWatchdogCore(CoreConfig{Rank: rank, Mode: mode})
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "default_pg", Engine: "cpu", Members: []int{0, 1, 2, 3}, Timeout: 2 * time.Second}})
+	for seq := uint64(1); seq <= launched; seq++ {
+		c.Step(EvScheduled{ID: WorkID(seq), Group: "default_pg", FP: fpAt(seq), At: t0})
+		if seq <= done+1 {
+			c.Step(EvStarted{ID: WorkID(seq)})
+		}
+		if seq <= done {
+			c.Step(EvCompleted{ID: WorkID(seq)})
+		}
+	}
+	return c
+}
+
+func kinds(acts []Action) []string {
+	var out []string
+	for _, a := range acts {
+		s := fmt.Sprintf("%T", a)
+		s = strings.TrimPrefix(s, "supervisor.Act")
+		if f, ok := a.(ActFailWork); ok {
+			var te *comm.TimeoutError
+			var ae *comm.AbortedError
+			var re *comm.RemoteAbortError
+			var ee *comm.EngineError
+			switch {
+			case errors.As(f.Err, &ae): // before TimeoutError: an AbortedError wraps its cause
+				s += fmt.Sprintf("(%d,aborted)", f.ID)
+			case errors.As(f.Err, &te):
+				s += fmt.Sprintf("(%d,timeout)", f.ID)
+			case errors.As(f.Err, &re):
+				s += fmt.Sprintf("(%d,remote)", f.ID)
+			case errors.As(f.Err, &ee):
+				s += fmt.Sprintf("(%d,engine)", f.ID)
+			default:
+				s += fmt.Sprintf("(%d,%v)", f.ID, f.Err)
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestWatchdogTimeoutNamesStuckRank(t *testing.T) {
+	c := coreWith(0, TearDown, 4, 5)
+	// Peers' published progress: ranks 2 and 3 started seq 5; rank 1 only
+	// launched it (its engine never began it).
+	c.Step(EvProgress{CommID: "default_pg.0", Rank: 1, Progress: Progress{Launched: 5, Started: 4, Completed: 4}})
+	c.Step(EvProgress{CommID: "default_pg.0", Rank: 2, Progress: Progress{Launched: 5, Started: 5, Completed: 4}})
+	c.Step(EvProgress{CommID: "default_pg.0", Rank: 3, Progress: Progress{Launched: 6, Started: 5, Completed: 4}})
+	c.Step(EvProgress{CommID: "other.0", Rank: 1, Progress: Progress{Launched: 9, Started: 9, Completed: 9}}) // ignored
+
+	acts := c.Step(EvTick{Now: t0.Add(1999 * time.Millisecond)})
+	want := []Action{ActPublishProgress{CommID: "default_pg.0", Progress: Progress{Launched: 5, Started: 5, Completed: 4}}}
+	if !reflect.DeepEqual(acts, want) {
+		t.Fatalf("before the deadline: %#v", acts)
+	}
+	acts = c.Step(EvTick{Now: t0.Add(2 * time.Second)})
+	terr := &comm.TimeoutError{Rank: 0, FP: fpAt(5), Group: "default_pg", Timeout: 2 * time.Second, Elapsed: 2 * time.Second,
+		Reached: []int{0, 2, 3}, NotReached: []int{1}}
+	want = []Action{
+		ActFailWork{ID: 5, Err: terr},
+		ActAbortComm{Group: "default_pg", Reason: terr},
+		ActWriteAbort{CommID: "default_pg.0", Record: AbortRecord{Rank: 0, Group: "default_pg", Reason: terr.Error()}},
+		ActDump{Reason: terr.Error()},
+		ActTearDown{Code: ExitTearDown, Reason: terr.Error()},
+	}
+	if !reflect.DeepEqual(acts, want) {
+		t.Fatalf("at the deadline:\n got %v\nwant %v", kinds(acts), kinds(want))
+	}
+	msg := terr.Error()
+	for _, s := range []string{"ranks [1] have not reached seq 5", "seq 5 AllReduce", "2s"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("timeout message %q lacks %q", msg, s)
+		}
+	}
+	if !errors.Is(acts[0].(ActFailWork).Err, comm.ErrTimeout) || !c.TornDown() {
+		t.Error("not ErrTimeout, or not torn down")
+	}
+	if acts := c.Step(EvTick{Now: t0.Add(time.Hour)}); acts != nil {
+		t.Errorf("after teardown the core still acts: %v", kinds(acts))
+	}
+}
+
+func TestWatchdogHungRankNamesItself(t *testing.T) {
+	// Rank 1's engine hangs before starting seq 5: its own report says so.
+	c := NewWatchdogCore(CoreConfig{Rank: 1, Mode: CleanupOnly})
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "default_pg", Members: []int{0, 1}, Timeout: time.Second}})
+	c.Step(EvScheduled{ID: 5, Group: "default_pg", FP: fpAt(5), At: t0})
+	c.Step(EvProgress{CommID: "default_pg.0", Rank: 0, Progress: Progress{Launched: 5, Started: 5, Completed: 4}})
+	acts := c.Step(EvTick{Now: t0.Add(time.Second)})
+	te := acts[0].(ActFailWork).Err.(*comm.TimeoutError)
+	if !reflect.DeepEqual(te.NotReached, []int{1}) || !reflect.DeepEqual(te.Reached, []int{0}) {
+		t.Errorf("reached %v not reached %v", te.Reached, te.NotReached)
+	}
+}
+
+func TestWatchdogModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode     ErrorHandling
+		want     []string
+		inFlight int
+		aborted  bool
+	}{
+		{TearDown, []string{"FailWork(5,timeout)", "FailWork(6,aborted)", "AbortComm", "PublishProgress", "WriteAbort", "Dump", "TearDown"}, 0, true},
+		{CleanupOnly, []string{"FailWork(5,timeout)", "FailWork(6,aborted)", "AbortComm", "PublishProgress", "WriteAbort", "Dump"}, 0, true},
+		{SkipCleanup, []string{"FailWork(5,timeout)", "FailWork(6,aborted)", "PublishProgress", "WriteAbort", "Dump", "TearDown"}, 0, true},
+		{NoHandling, []string{"FailWork(5,timeout)", "Dump", "PublishProgress"}, 1, false},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			c := coreWith(0, tc.mode, 4, 5)
+			// Seq 6 is scheduled later with a later deadline.
+			c.Step(EvScheduled{ID: 6, Group: "default_pg", FP: fpAt(6), At: t0.Add(time.Second)})
+			got := kinds(c.Step(EvTick{Now: t0.Add(2500 * time.Millisecond)}))
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("actions %v, want %v", got, tc.want)
+			}
+			if c.InFlight() != tc.inFlight || c.Aborted("default_pg") != tc.aborted {
+				t.Errorf("in flight %d aborted %v; want %d %v", c.InFlight(), c.Aborted("default_pg"), tc.inFlight, tc.aborted)
+			}
+			if tc.mode == CleanupOnly {
+				// Later ops fail fast with ErrAborted; the process lives on.
+				acts := c.Step(EvScheduled{ID: 7, Group: "default_pg", FP: fpAt(7), At: t0.Add(3 * time.Second)})
+				if len(acts) != 1 || !errors.Is(acts[0].(ActFailWork).Err, comm.ErrAborted) ||
+					!strings.Contains(acts[0].(ActFailWork).Err.Error(), "aborted") {
+					t.Errorf("op after abort: %v", kinds(acts))
+				}
+				// A new epoch of the group works again.
+				c.Step(EvAddGroup{Spec: GroupSpec{Name: "default_pg", Epoch: 1, Members: []int{0, 1, 2, 3}}})
+				if acts := c.Step(EvScheduled{ID: 8, Group: "default_pg", FP: fpAt(1), At: t0.Add(3 * time.Second)}); len(acts) != 0 || c.InFlight() != 1 {
+					t.Errorf("op after restart: %v, in flight %d", kinds(acts), c.InFlight())
+				}
+			}
+			if tc.mode == NoHandling {
+				// Seq 6 times out on its own deadline.
+				got := kinds(c.Step(EvTick{Now: t0.Add(3 * time.Second)}))
+				if !reflect.DeepEqual(got, []string{"FailWork(6,timeout)", "Dump"}) {
+					t.Errorf("second timeout: %v", got)
+				}
+			}
+		})
+	}
+}
+
+func TestWatchdogDeadlines(t *testing.T) {
+	c := NewWatchdogCore(CoreConfig{Rank: 0, Mode: CleanupOnly})
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}}}) // default 10 min
+	c.Step(EvScheduled{ID: 1, Group: "g", FP: fpAt(1), At: t0})
+	c.Step(EvScheduled{ID: 2, Group: "g", FP: fpAt(2), At: t0, Timeout: 3 * time.Second}) // per-op override
+	if acts := c.Step(EvTick{Now: t0.Add(2999 * time.Millisecond)}); len(kinds(acts)) != 1 {
+		t.Errorf("early tick: %v", kinds(acts)) // only progress
+	}
+	acts := c.Step(EvTick{Now: t0.Add(3 * time.Second)})
+	if got := kinds(acts); got[0] != "FailWork(2,timeout)" || got[1] != "FailWork(1,aborted)" {
+		t.Errorf("per-op override: %v", got)
+	}
+
+	c = NewWatchdogCore(CoreConfig{Rank: 0, Mode: NoHandling, Timeout: time.Minute})
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}}})
+	c.Step(EvScheduled{ID: 1, Group: "g", FP: fpAt(1), At: t0})
+	c.Step(EvSetTimeout{Group: "g", Timeout: 5 * time.Second}) // applies to later Works
+	c.Step(EvScheduled{ID: 2, Group: "g", FP: fpAt(2), At: t0})
+	if got := kinds(c.Step(EvTick{Now: t0.Add(5 * time.Second)})); !reflect.DeepEqual(got, []string{"FailWork(2,timeout)", "Dump", "PublishProgress"}) {
+		t.Errorf("SetTimeout: %v", got)
+	}
+	if got := kinds(c.Step(EvTick{Now: t0.Add(time.Minute)})); got[0] != "FailWork(1,timeout)" {
+		t.Errorf("core default: %v", got)
+	}
+	// Completed Works never time out.
+	c.Step(EvScheduled{ID: 3, Group: "g", FP: fpAt(3), At: t0})
+	c.Step(EvCompleted{ID: 3})
+	if got := kinds(c.Step(EvTick{Now: t0.Add(time.Hour)})); len(got) > 1 {
+		t.Errorf("completed work acted on: %v", got)
+	}
+}
+
+func TestWatchdogP2PTimeout(t *testing.T) {
+	c := NewWatchdogCore(CoreConfig{Rank: 0, Mode: CleanupOnly})
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}, Timeout: time.Second}})
+	fp := comm.Fingerprint{Seq: 1, Op: comm.OpRecv, DType: comm.Int32, Count: 4, Root: 1}
+	c.Step(EvScheduled{ID: 1, Group: "g", FP: fp, At: t0})
+	acts := c.Step(EvTick{Now: t0.Add(time.Second)})
+	te, ok := acts[0].(ActFailWork).Err.(*comm.TimeoutError)
+	if !ok || te.FP.Op != comm.OpRecv || te.Reached != nil || te.NotReached != nil {
+		t.Fatalf("P2P timeout: %v", kinds(acts))
+	}
+	if !strings.Contains(te.Error(), "Recv(int32×4, peer 1)") {
+		t.Errorf("message %q", te.Error())
+	}
+}
+
+func TestWatchdogAsyncError(t *testing.T) {
+	c := coreWith(0, CleanupOnly, 2, 4)
+	acts := c.Step(EvAsyncError{Group: "default_pg", Err: errors.New("ncclRemoteError: peer went away")})
+	want := []string{"FailWork(3,engine)", "FailWork(4,engine)", "AbortComm", "PublishProgress", "WriteAbort", "Dump"}
+	if got := kinds(acts); !reflect.DeepEqual(got, want) {
+		t.Fatalf("async error: %v, want %v", got, want)
+	}
+	ee := acts[0].(ActFailWork).Err.(*comm.EngineError)
+	if ee.Engine != "cpu" || ee.FP.Seq != 3 || !strings.Contains(ee.Error(), "peer went away") || !errors.Is(ee, comm.ErrEngine) {
+		t.Errorf("engine error %#v", ee)
+	}
+	if acts := c.Step(EvAsyncError{Group: "default_pg", Err: errors.New("again")}); acts != nil {
+		t.Errorf("second async error acted: %v", kinds(acts))
+	}
+	// A typed engine error is passed through as is.
+	c = coreWith(0, NoHandling, 0, 1)
+	orig := &comm.EngineError{Engine: "nccl", Rank: 0, FP: fpAt(1), Msg: "unhandled cuda error"}
+	acts = c.Step(EvAsyncError{Group: "default_pg", Err: orig})
+	if got := kinds(acts); !reflect.DeepEqual(got, []string{"FailWork(1,engine)", "Dump"}) || acts[0].(ActFailWork).Err != orig {
+		t.Errorf("typed async error: %v", got)
+	}
+}
+
+func TestWatchdogRemoteAbort(t *testing.T) {
+	c := coreWith(3, TearDown, 4, 6)
+	rec := AbortRecord{Rank: 0, Group: "default_pg", Reason: "comm: timeout: rank 0: seq 5 ...; ranks [1] have not reached seq 5"}
+	if acts := c.Step(EvRemoteAbort{CommID: "default_pg.0", Record: AbortRecord{Rank: 3}}); acts != nil {
+		t.Errorf("own abort echo acted: %v", kinds(acts))
+	}
+	acts := c.Step(EvRemoteAbort{CommID: "default_pg.0", Record: rec})
+	want := []string{"FailWork(5,remote)", "FailWork(6,remote)", "AbortComm", "Dump", "TearDown"}
+	if got := kinds(acts); !reflect.DeepEqual(got, want) {
+		t.Fatalf("remote abort: %v, want %v", got, want)
+	}
+	re := acts[0].(ActFailWork).Err.(*comm.RemoteAbortError)
+	if re.Rank != 0 || !errors.Is(re, comm.ErrRemoteAbort) || !strings.Contains(re.Error(), "ranks [1] have not reached seq 5") {
+		t.Errorf("remote abort error %v", re)
+	}
+}
+
+func TestWatchdogRemoteAbortBeforeGroupRegistered(t *testing.T) {
+	c := NewWatchdogCore(CoreConfig{Rank: 1, Mode: CleanupOnly})
+	if acts := c.Step(EvRemoteAbort{CommID: "pg1.2", Record: AbortRecord{Rank: 0, Reason: "boom"}}); acts != nil {
+		t.Fatalf("abort of an unknown comm acted: %v", kinds(acts))
+	}
+	acts := c.Step(EvAddGroup{Spec: GroupSpec{Name: "pg1", Epoch: 2, Members: []int{0, 1}}})
+	if got := kinds(acts); !reflect.DeepEqual(got, []string{"AbortComm", "Dump"}) || !c.Aborted("pg1") {
+		t.Errorf("pending abort on registration: %v", got)
+	}
+	// Another epoch's abort does not touch the new communicator.
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "pg1", Epoch: 3, Members: []int{0, 1}}})
+	if acts := c.Step(EvRemoteAbort{CommID: "pg1.2", Record: AbortRecord{Rank: 0}}); acts != nil || c.Aborted("pg1") {
+		t.Errorf("stale epoch's abort acted: %v", kinds(acts))
+	}
+}
+
+func TestWatchdogEngineFailedWork(t *testing.T) {
+	c := coreWith(0, SkipCleanup, 2, 4)
+	terr := &comm.TransportError{Rank: 0, Peer: 2, FP: fpAt(3), Err: errors.New("connection reset")}
+	acts := c.Step(EvCompleted{ID: 3, Err: terr})
+	want := []string{"FailWork(4,aborted)", "PublishProgress", "WriteAbort", "Dump", "TearDown"}
+	if got := kinds(acts); !reflect.DeepEqual(got, want) {
+		t.Errorf("transport failure: %v, want %v", got, want)
+	}
+	// Failures that follow an abort, or the caller's own, are no incidents.
+	c = coreWith(0, TearDown, 0, 3)
+	for id, err := range map[WorkID]error{
+		1: &comm.AbortedError{Group: "default_pg"},
+		2: fmt.Errorf("%w: closed", comm.ErrClosed),
+		3: &comm.ArgError{Msg: "bad"},
+	} {
+		if acts := c.Step(EvCompleted{ID: id, Err: err}); acts != nil {
+			t.Errorf("completion with %v acted: %v", err, kinds(acts))
+		}
+	}
+}
+
+func TestWatchdogProgressRateLimited(t *testing.T) {
+	c := NewWatchdogCore(CoreConfig{Rank: 0, ProgressInterval: time.Second})
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "g", Members: []int{0}}})
+	var published []Progress
+	for i := 0; i < 30; i++ { // one op per 100 ms
+		now := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		c.Step(EvScheduled{ID: WorkID(i + 1), Group: "g", FP: fpAt(uint64(i + 1)), At: now})
+		c.Step(EvCompleted{ID: WorkID(i + 1)})
+		for _, a := range c.Step(EvTick{Now: now}) {
+			published = append(published, a.(ActPublishProgress).Progress)
+		}
+	}
+	if len(published) != 3 || published[0].Completed != 1 || published[1].Completed != 11 || published[2].Completed != 21 {
+		t.Errorf("published %+v, want seqs 1, 11, 21", published)
+	}
+	if acts := c.Step(EvTick{Now: t0.Add(time.Hour)}); len(acts) != 1 || acts[0].(ActPublishProgress).Progress.Completed != 30 {
+		t.Errorf("final publish %v", acts)
+	}
+	if acts := c.Step(EvTick{Now: t0.Add(2 * time.Hour)}); acts != nil {
+		t.Errorf("unchanged progress republished: %v", acts)
+	}
+}
+
+func TestWatchdogRemoveGroup(t *testing.T) {
+	c := coreWith(0, TearDown, 0, 3)
+	c.Step(EvRemoveGroup{Group: "default_pg"})
+	if c.InFlight() != 0 {
+		t.Errorf("in flight %d after removal", c.InFlight())
+	}
+	if acts := c.Step(EvTick{Now: t0.Add(time.Hour)}); acts != nil {
+		t.Errorf("removed group acted: %v", kinds(acts))
+	}
+}

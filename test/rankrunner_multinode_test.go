@@ -1,0 +1,91 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// rrStartTwoNodes starts a 2-node × 2-rank job over loopback: node 0 serves
+// the embedded NATS server on a free port, node 1 connects to it.
+func rrStartTwoNodes(t *testing.T, job string, progArgs ...string) (n0, n1 *rrProc) {
+	t.Helper()
+	_, prog := rrBuild(t)
+	port := rrFreePort(t)
+	common := []string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", job}
+	a0 := append(append(append([]string{}, common...), "--node-rank", "0", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog), progArgs...)
+	a1 := append(append(append([]string{}, common...), "--node-rank", "1", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), prog), progArgs...)
+	// Node 1 first: it must wait for node 0's server to come up.
+	n1 = rrStartRunner(t, a1...)
+	time.Sleep(200 * time.Millisecond)
+	n0 = rrStartRunner(t, a0...)
+	return n0, n1
+}
+
+// TestRankrunnerTwoNodes: two runners on this machine form one job of 2×2
+// ranks with a consistent env contract, and both exit 0 once all ranks did.
+func TestRankrunnerTwoNodes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	n0, n1 := rrStartTwoNodes(t, "twonode", "env", dir)
+	if c := n0.wait(t, 90*time.Second); c != 0 {
+		t.Errorf("node 0 exit code %d", c)
+	}
+	if c := n1.wait(t, 90*time.Second); c != 0 {
+		t.Errorf("node 1 exit code %d", c)
+	}
+	url := ""
+	for r := 0; r < 4; r++ {
+		b, err := os.ReadFile(filepath.Join(dir, "env-"+strconv.Itoa(r)+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env map[string]string
+		if err := json.Unmarshal(b, &env); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "4", "LOCAL_RANK": strconv.Itoa(r % 2),
+			"LOCAL_WORLD_SIZE": "2", "GROUP_RANK": strconv.Itoa(r / 2), "RANKTREE_JOB": "twonode"}
+		for k, v := range want {
+			if env[k] != v {
+				t.Errorf("rank %d: %s=%q, want %q", r, k, env[k], v)
+			}
+		}
+		if url == "" {
+			url = env["RANKTREE_NATS_URL"]
+		}
+		if env["RANKTREE_NATS_URL"] != url || url == "" {
+			t.Errorf("rank %d: RANKTREE_NATS_URL=%q, rank 0 has %q", r, env["RANKTREE_NATS_URL"], url)
+		}
+	}
+}
+
+// TestRankrunnerTwoNodesFailure: rank 3 (node 1) exits 5; node 0 sees the
+// abort in the store and stops its ranks; both runners exit 5.
+func TestRankrunnerTwoNodesFailure(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	n0, n1 := rrStartTwoNodes(t, "twofail", "fail", dir, "3", "5", "200ms")
+	if c := n1.wait(t, 90*time.Second); c != 5 {
+		t.Errorf("node 1 exit code %d, want 5", c)
+	}
+	if c := n0.wait(t, 30*time.Second); c != 5 {
+		t.Errorf("node 0 exit code %d, want 5 (from the remote abort)", c)
+	}
+	fail := rrFailedAt(t, dir)
+	for i, n := range []*rrProc{n0, n1} {
+		if d := n.exited.Sub(fail); d > rrStopBound {
+			t.Errorf("node %d exited %v after rank 3 failed, want < %v", i, d, rrStopBound)
+		}
+	}
+	for _, r := range []string{"0", "1", "2"} {
+		if _, err := os.Stat(filepath.Join(dir, "term-"+r)); err != nil {
+			t.Errorf("rank %s was not stopped with SIGTERM", r)
+		}
+	}
+	rrAssertNoOrphans(t, dir, time.Second)
+}

@@ -1,0 +1,104 @@
+package ranktree
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
+)
+
+// startRanks runs Init for n ranks as goroutines sharing one MemStore and
+// returns their runtimes (closed at cleanup).
+func startRanks(t *testing.T, n int, opts ...Option) []*Runtime {
+	t.Helper()
+	st := store.NewMemStore()
+	rts := make([]*Runtime, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			o := append([]Option{WithStore(st), WithRank(r), WithWorldSize(n), WithJob("wt"),
+				WithLocalRank(r), WithLocalWorldSize(n), WithGroupRank(0), WithRestartCount(0),
+				WithNATSURL("unused://"), WithLogger(zerolog.Nop()), WithTimeout(20 * time.Second)}, opts...)
+			rts[r], errs[r] = Init(context.Background(), o...)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: Init: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, rt := range rts {
+			if err := rt.Close(ctx); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}
+	})
+	return rts
+}
+
+// eachRank runs f for every rank concurrently and fails on the first error.
+func eachRank(t *testing.T, rts []*Runtime, f func(rt *Runtime) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(rts))
+	for i, rt := range rts {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(rt) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", i, err)
+		}
+	}
+}
+
+func TestWorldAllReduceAndSubgroup(t *testing.T) {
+	const n = 3
+	rts := startRanks(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eachRank(t, rts, func(rt *Runtime) error {
+		pg := rt.World()
+		if pg.Rank() != rt.Rank() || pg.Size() != n {
+			t.Errorf("world group rank/size %d/%d, want %d/%d", pg.Rank(), pg.Size(), rt.Rank(), n)
+		}
+		x := []float32{float32(rt.Rank() + 1), 10}
+		if err := pg.AllReduce(ctx, comm.HostBuffer(x), comm.Sum).Wait(ctx); err != nil {
+			return err
+		}
+		if x[0] != n*(n+1)/2 || x[1] != 10*n {
+			t.Errorf("rank %d: allreduce got %v", rt.Rank(), x)
+		}
+		sub, err := rt.NewGroup(ctx, []int{0, 2})
+		if err != nil {
+			return err
+		}
+		y := []int64{int64(rt.Rank())}
+		if sub.Rank() < 0 {
+			if rt.Rank() != 1 {
+				t.Errorf("rank %d: not a member of [0 2]", rt.Rank())
+			}
+			return nil
+		}
+		if err := sub.AllReduce(ctx, comm.HostBuffer(y), comm.Sum).Wait(ctx); err != nil {
+			return err
+		}
+		if y[0] != 2 {
+			t.Errorf("rank %d: subgroup allreduce got %d, want 2", rt.Rank(), y[0])
+		}
+		return nil
+	})
+}
