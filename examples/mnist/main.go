@@ -29,6 +29,8 @@
 //	--data-dir DIR      folder with the four MNIST .gz files (default: module cache)
 //	--json-out FILE     rank 0 writes the final metrics as JSON; "{rank}" in
 //	                    FILE makes every rank write its own file
+//	--params-out FILE   rank 0 writes the final parameters as raw float32
+//	                    little-endian ("{rank}" as for --json-out)
 //
 // Run without rankrunner (RANK unset), it trains as a single rank with an
 // in-memory store.
@@ -46,6 +48,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree"
 	"github.com/ranktree/ranktree/examples/mnist/internal/job"
@@ -87,6 +91,9 @@ func run(args []string) int {
 		rt.Close(cctx) // bounded, idempotent; the runtime logs its own teardown errors
 	}()
 	log := rt.Logger()
+	if rt.Rank() != 0 {
+		log = log.Level(zerolog.WarnLevel) // other ranks print only problems
+	}
 	if _, err := job.Run(ctx, o, rt.World(), log, os.Stdout, os.Stderr); err != nil {
 		log.Error().Err(err).Int("rank", rt.Rank()).Msg("mnist failed")
 		fmt.Fprintf(os.Stderr, "mnist: rank %d of %d: %v\n", rt.Rank(), rt.WorldSize(), err)

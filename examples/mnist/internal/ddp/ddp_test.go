@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 
@@ -80,14 +81,14 @@ func relDiff(a, b []float32) float64 {
 // TestReducerTwoRanksEqualOneRank trains through the real DDP reducer:
 // 2 ranks with different initial models end bit-identical (hash check),
 // with rank 0's start, and equal to 1 rank with the same global batch to
-// 1e-5 relative. A 64 KiB bucket cap spreads the model over several
-// buckets.
+// 1e-5 relative. A 128 KiB bucket cap (the job's default) makes two
+// buckets: {fc3, fc2} and {fc1}.
 func TestReducerTwoRanksEqualOneRank(t *testing.T) {
 	tr, te := mnist(t)
 	tr, te = tr.Head(1280), te.Head(500)
 	cfg := train.Config{Epochs: 1, GlobalBatch: 128, LR: 0.02, Momentum: 0.9, Seed: 3}
-	one, p1, _, _ := runDDP(t, 1, cfg, 64<<10, tr, te)
-	two, p2, w, syncs := runDDP(t, 2, cfg, 64<<10, tr, te)
+	one, p1, _, _ := runDDP(t, 1, cfg, 128<<10, tr, te)
+	two, p2, w, syncs := runDDP(t, 2, cfg, 128<<10, tr, te)
 	if two[0].ParamHash != two[1].ParamHash {
 		t.Fatalf("ranks' hashes %s and %s differ", two[0].ParamHash, two[1].ParamHash)
 	}
@@ -109,7 +110,7 @@ func TestReducerTwoRanksEqualOneRank(t *testing.T) {
 	if w.Ops(0) < 2*two[0].Steps {
 		t.Errorf("only %d collectives for %d steps: the model fit in one bucket", w.Ops(0), two[0].Steps)
 	}
-	if st := syncs[0].Reducer().Stats(); st.Iterations != 10 || len(st.BucketSizes) < 2 {
-		t.Errorf("reducer stats: %+v", st)
+	if st := syncs[0].Reducer().Stats(); st.Iterations != 10 || !slices.Equal(st.BucketSizes, []int{136744, 803840}) {
+		t.Errorf("reducer stats: %d iterations, buckets %v bytes; want 10 and [136744 803840]", st.Iterations, st.BucketSizes)
 	}
 }

@@ -6,10 +6,12 @@ package job
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -43,6 +45,7 @@ type Options struct {
 	TrainLimit  int     // --train-limit: train on the first N samples (0: all)
 	DataDir     string  // --data-dir: MNIST folder (empty: the module cache)
 	JSONOut     string  // --json-out: metrics file; "{rank}" makes every rank write one
+	ParamsOut   string  // --params-out: final parameters as raw float32 little-endian; "{rank}" as for JSONOut
 }
 
 // ParseFlags parses args (without the program name) into Options, with
@@ -62,6 +65,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs.IntVar(&o.TrainLimit, "train-limit", 0, "use only the first N training samples (0: all 60000)")
 	fs.StringVar(&o.DataDir, "data-dir", "", "folder with the four MNIST idx .gz files (default: the GoMNIST module in the module cache)")
 	fs.StringVar(&o.JSONOut, "json-out", "", `write the final metrics as JSON to this file on rank 0 ("{rank}" in the name: every rank writes its own)`)
+	fs.StringVar(&o.ParamsOut, "params-out", "", `write the final parameters (fc1.weight [784×256], fc1.bias, ..., fc3.bias; float32 little-endian) to this file on rank 0 ("{rank}": every rank)`)
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -93,7 +97,7 @@ type Report struct {
 // from o.Seed, builds the DDP reducer (a collective that broadcasts rank
 // 0's parameters), trains, evaluates, checks that all ranks hold identical
 // parameters, and on rank 0 draws progress bars on stderr, prints a summary
-// line on stdout and writes o.JSONOut. Errors name the rank; a parameter
+// line on stdout and writes o.JSONOut and o.ParamsOut. Errors name the rank; a parameter
 // divergence is a train.ErrParamMismatch on every rank.
 func Run(ctx context.Context, o Options, g reducer.Group, log zerolog.Logger, stdout, stderr io.Writer) (*Report, error) {
 	start := time.Now()
@@ -132,8 +136,7 @@ func Run(ctx context.Context, o Options, g reducer.Group, log zerolog.Logger, st
 			100*res.Accuracy, res.Correct, res.TestSamples, res.WorldSize, res.GlobalBatch, res.Steps,
 			res.SamplesPerSec, res.TrainSeconds, rep.WallSeconds, res.ParamHash)
 	}
-	if o.JSONOut != "" && (rank == 0 || strings.Contains(o.JSONOut, "{rank}")) {
-		path := strings.ReplaceAll(o.JSONOut, "{rank}", strconv.Itoa(rank))
+	if path := outPath(o.JSONOut, rank); path != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err == nil {
 			err = os.WriteFile(path, append(b, '\n'), 0o644)
@@ -142,5 +145,24 @@ func Run(ctx context.Context, o Options, g reducer.Group, log zerolog.Logger, st
 			return nil, fmt.Errorf("mnist: rank %d: writing %s: %w", rank, path, err)
 		}
 	}
+	if path := outPath(o.ParamsOut, rank); path != "" {
+		b := make([]byte, 0, 4*len(m.Params))
+		for _, v := range m.Params {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			return nil, fmt.Errorf("mnist: rank %d: writing %s: %w", rank, path, err)
+		}
+	}
 	return rep, nil
+}
+
+// outPath is the file rank writes for an output flag: the flag with
+// "{rank}" replaced, on every rank if the flag has "{rank}", else on rank 0
+// only; "" for none.
+func outPath(flagValue string, rank int) string {
+	if flagValue == "" || (rank != 0 && !strings.Contains(flagValue, "{rank}")) {
+		return ""
+	}
+	return strings.ReplaceAll(flagValue, "{rank}", strconv.Itoa(rank))
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
@@ -51,7 +53,7 @@ func TestParseFlags(t *testing.T) {
 // the parameter hash and accuracy clears a floor.
 func TestTwoRankJob(t *testing.T) {
 	dir := t.TempDir()
-	o, err := ParseFlags([]string{"--epochs", "1", "--train-limit", "6400", "--json-out", filepath.Join(dir, "m{rank}.json")}, io.Discard)
+	o, err := ParseFlags([]string{"--epochs", "1", "--train-limit", "6400", "--json-out", filepath.Join(dir, "m{rank}.json"), "--params-out", filepath.Join(dir, "p.bin")}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,10 +94,33 @@ func TestTwoRankJob(t *testing.T) {
 	if reps[0].ParamHash == "" || reps[0].ParamHash != reps[1].ParamHash {
 		t.Fatalf("hashes %q and %q", reps[0].ParamHash, reps[1].ParamHash)
 	}
+	params, err := os.ReadFile(filepath.Join(dir, "p.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := fnv.New64a(); len(params) != 4*235146 {
+		t.Errorf("params file has %d bytes, want %d", len(params), 4*235146)
+	} else if h.Write(params); fmt.Sprintf("%016x", h.Sum64()) != reps[0].ParamHash {
+		t.Errorf("params file hashes to %016x, report says %s", h.Sum64(), reps[0].ParamHash)
+	}
 	if reps[0].WorldSize != 2 || reps[0].TrainSamples != 6400 || reps[0].Steps != 50 || reps[0].TestSamples != 10000 {
 		t.Errorf("report %+v", reps[0])
 	}
 	if reps[0].Accuracy < 0.88 {
 		t.Errorf("accuracy %.4f after one epoch on 6400 samples, want ≥ 0.88", reps[0].Accuracy)
+	}
+}
+
+func TestOutPath(t *testing.T) {
+	for _, c := range []struct {
+		flag string
+		rank int
+		want string
+	}{
+		{"", 0, ""}, {"m.json", 0, "m.json"}, {"m.json", 1, ""}, {"m{rank}.json", 0, "m0.json"}, {"d/{rank}/m.json", 3, "d/3/m.json"},
+	} {
+		if got := outPath(c.flag, c.rank); got != c.want {
+			t.Errorf("outPath(%q, %d) = %q, want %q", c.flag, c.rank, got, c.want)
+		}
 	}
 }

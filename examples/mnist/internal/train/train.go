@@ -324,8 +324,8 @@ func (r *runner) checkHash(ctx context.Context) (uint64, error) {
 	return h, nil
 }
 
-// The job's default hyper-parameters: with them one process reaches about
-// 98% test accuracy in 3 epochs (see TestFullTraining97).
+// The job's default hyper-parameters: with them one process reaches 97.6%
+// test accuracy in 3 epochs (TestFullTraining97 asserts at least 97%).
 const (
 	DefaultBatch    = 128
 	DefaultLR       = 0.02

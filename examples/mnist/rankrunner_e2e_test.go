@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestMainJobThroughRankrunner is issue 7's end-to-end test: the main job
+// exactly as users start it (rankrunner, embedded NATS, 2 ranks, the CPU
+// engine, the DDP reducer), for one short epoch on a subset. Every rank
+// writes its report; the test asserts an accuracy floor and identical final
+// parameters on both ranks.
+func TestMainJobThroughRankrunner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs rankrunner with 2 processes")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	runner := filepath.Join(dir, "rankrunner")
+	build := exec.CommandContext(ctx, "go", "build", "-o", runner, "github.com/ranktree/ranktree/cmd/rankrunner")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building rankrunner: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, runner, "--nproc-per-node", "2", "github.com/ranktree/ranktree/examples/mnist",
+		"--epochs", "1", "--train-limit", "6400", "--json-out", filepath.Join(dir, "m{rank}.json"))
+	cmd.Env = cleanRankEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("rankrunner: %v\n%s", err, out)
+	}
+	type report struct {
+		Rank      int     `json:"rank"`
+		WorldSize int     `json:"world_size"`
+		Accuracy  float64 `json:"accuracy"`
+		ParamHash string  `json:"param_hash"`
+	}
+	var reps [2]report
+	for r := range reps {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("m%d.json", r)))
+		if err != nil {
+			t.Fatalf("rank %d wrote no report: %v\n%s", r, err, out)
+		}
+		if err := json.Unmarshal(b, &reps[r]); err != nil {
+			t.Fatalf("rank %d report: %v", r, err)
+		}
+		if reps[r].Rank != r || reps[r].WorldSize != 2 {
+			t.Errorf("rank %d report says rank %d of %d", r, reps[r].Rank, reps[r].WorldSize)
+		}
+	}
+	if reps[0].ParamHash == "" || reps[0].ParamHash != reps[1].ParamHash {
+		t.Errorf("final parameter hashes differ: rank 0 %q, rank 1 %q", reps[0].ParamHash, reps[1].ParamHash)
+	}
+	if reps[0].Accuracy < 0.85 {
+		t.Errorf("test accuracy %.4f after one epoch on 6400 samples, want ≥ 0.85", reps[0].Accuracy)
+	}
+}
+
+// cleanRankEnv is the test's environment without the env-contract variables,
+// so that an outer launcher's settings cannot leak into the job.
+func cleanRankEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		skip := false
+		for _, p := range []string{"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "GROUP_RANK=", "RANKTREE_"} {
+			if len(kv) >= len(p) && kv[:len(p)] == p {
+				skip = true
+			}
+		}
+		if !skip {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
