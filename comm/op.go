@@ -108,14 +108,14 @@ func Chunk(bufs []Buffer, i int, counts []int, per int) Buffer {
 // carries it, and a rank that receives a different one fails with
 // ErrMismatch. Group is a 64-bit hash of the group's name (GroupHash).
 type Fingerprint struct {
-	Group  uint64
-	Epoch  uint32
-	Seq    uint64 // collective seq, or the P2P seq for Send/Recv
-	Op     OpType
-	DType  DType
-	RedOp  RedOpType
-	Count  int64 // elements per rank (In[0] for most ops)
-	Root   int32 // root for rooted ops, peer for P2P, else -1
+	Group uint64
+	Epoch uint32
+	Seq   uint64 // collective seq, or the P2P seq for Send/Recv
+	Op    OpType
+	DType DType
+	RedOp RedOpType
+	Count int64 // elements per rank (In[0] for most ops)
+	Root  int32 // root for rooted ops, peer for P2P, else -1
 }
 
 // String reads like "seq 7 AllReduce(float32×1024)" or
