@@ -1,6 +1,7 @@
 package reducer
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -190,14 +191,75 @@ func ddpStep(red *Reducer, data, grads [][]float32, view bool, rank int, idle bo
 }
 
 // BenchmarkDivInto measures the pre-division copy of 2.5 M float32
-// gradients into a bucket (c10d copy_grad_to_bucket).
+// gradients into a bucket (c10d copy_grad_to_bucket): world size 2 takes
+// the SIMD path (exact reciprocal), 3 the scalar IEEE division.
 func BenchmarkDivInto(b *testing.B) {
 	src := make([]float32, benchLayerSize)
 	dst := make([]float32, benchLayerSize)
-	b.SetBytes(int64(4 * benchLayerSize))
-	for range b.N {
-		if err := divInto(comm.HostBuffer(dst), comm.HostBuffer(src), 2); err != nil {
-			b.Fatal(err)
-		}
+	for _, div := range []int{2, 3} {
+		b.Run(fmt.Sprintf("n=%d", div), func(b *testing.B) {
+			b.SetBytes(int64(4 * benchLayerSize))
+			for range b.N {
+				if err := divInto(comm.HostBuffer(dst), comm.HostBuffer(src), div); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// nullGroup is a benchmark stand-in whose collectives complete at once
+// without moving data (AllGatherInto replicates the input so New's model
+// check passes): what remains of a DDP step is the reducer's own cost.
+type nullGroup struct{ rank, size int }
+
+func (g nullGroup) Rank() int { return g.rank }
+func (g nullGroup) Size() int { return g.size }
+func (g nullGroup) AllReduce(context.Context, comm.Buffer, comm.ReduceOp, ...comm.OpOption) *comm.Work {
+	return comm.FailedWork(comm.OpAllReduce, nil)
+}
+func (g nullGroup) Broadcast(context.Context, comm.Buffer, int, ...comm.OpOption) *comm.Work {
+	return comm.FailedWork(comm.OpBroadcast, nil)
+}
+func (g nullGroup) AllGatherInto(_ context.Context, out, in comm.Buffer, _ ...comm.OpOption) *comm.Work {
+	for r := range g.size {
+		comm.CopyBuffer(out.Slice(r*in.Len(), in.Len()), in)
+	}
+	return comm.FailedWork(comm.OpAllGather, nil)
+}
+
+// BenchmarkReducerOverhead is one 25 M-parameter step of one rank of 2
+// with collectives that cost nothing and no backward compute: the
+// reducer's own cost (pre-division copy into buckets, launches, copy back
+// of results; in place with bucket views).
+func BenchmarkReducerOverhead(b *testing.B) {
+	for _, view := range []bool{false, true} {
+		b.Run(fmt.Sprintf("view=%v", view), func(b *testing.B) {
+			sizes := make([]int, benchLayers)
+			for i := range sizes {
+				sizes[i] = benchLayerSize
+			}
+			m := newModel(sizes...)
+			red, err := New(bg, nullGroup{0, 2}, m.params, Config{GradientAsBucketView: view})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(4 * benchLayers * benchLayerSize)
+			b.ResetTimer()
+			for range b.N {
+				for p := benchLayers - 1; p >= 0; p-- {
+					g := comm.HostBuffer(m.grads[p])
+					if view {
+						g = red.GradBuffer(p)
+					}
+					if err := red.GradReady(p, g); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := red.EndBackward(bg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -230,6 +230,16 @@ func (r *Reducer) EndBackward(ctx context.Context) error {
 		r.mapWork = r.g.AllReduce(r.lctx, r.localUsed, comm.Sum)
 	}
 	works, mapWork, iter := slices.Clone(r.works), r.mapWork, r.core.iter
+	// Results of locally used parameters go back to the caller's buffers
+	// bucket by bucket, while later buckets are still reducing.
+	type copyBack struct{ dst, src comm.Buffer }
+	outs := make([][]copyBack, len(works))
+	for p := range r.params {
+		if g := r.grads[p]; r.core.used[p] && g.Valid() {
+			b := r.core.lay.loc[p].bucket
+			outs[b] = append(outs[b], copyBack{dst: g, src: r.view(p)})
+		}
+	}
 	r.mu.Unlock()
 
 	waitStart := time.Now()
@@ -240,6 +250,9 @@ func (r *Reducer) EndBackward(ctx context.Context) error {
 			spec := r.core.lay.buckets[b]
 			return r.fail(&BucketError{Rank: r.rank, Iteration: iter, Bucket: b,
 				What: fmt.Sprintf("reduction of bucket %d (%v×%d)", b, spec.dtype, spec.numel), Err: err})
+		}
+		for _, c := range outs[b] {
+			comm.CopyBuffer(c.dst, c.src)
 		}
 	}
 	if mapWork != nil {
@@ -273,9 +286,7 @@ func (r *Reducer) finalizeLocked(ctx context.Context, mapReduced bool, waitStart
 		v := r.view(p)
 		switch {
 		case r.core.used[p]:
-			if g := r.grads[p]; g.Valid() {
-				comm.CopyBuffer(g, v)
-			}
+			// Copied back by EndBackward as its bucket completed.
 		case r.globalUsed[p]:
 			if g := r.lastGrad[p]; g.Valid() && !sameMemory(g, v) {
 				comm.CopyBuffer(g, v)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/viterin/vek"
+	"github.com/viterin/vek/vek32"
 	"github.com/x448/float16"
 
 	"github.com/ranktree/ranktree/comm"
@@ -40,9 +42,17 @@ func divInto(dst, src comm.Buffer, div int) error {
 	}
 	switch dst.DType() {
 	case comm.Float32:
-		divScalar(mustSlice[float32](dst), mustSlice[float32](src), float32(div))
+		if isPow2(div) {
+			scaleChunked(mustSlice[float32](dst), mustSlice[float32](src), 1/float32(div), vek32.MulNumber_Inplace)
+		} else {
+			divScalar(mustSlice[float32](dst), mustSlice[float32](src), float32(div))
+		}
 	case comm.Float64:
-		divScalar(mustSlice[float64](dst), mustSlice[float64](src), float64(div))
+		if isPow2(div) {
+			scaleChunked(mustSlice[float64](dst), mustSlice[float64](src), 1/float64(div), vek.MulNumber_Inplace)
+		} else {
+			divScalar(mustSlice[float64](dst), mustSlice[float64](src), float64(div))
+		}
 	case comm.Float16:
 		d, s := mustSlice[comm.Float16Value](dst), mustSlice[comm.Float16Value](src)
 		f := float32(div)
@@ -68,6 +78,26 @@ func divScalar[T float32 | float64](d, s []T, f T) {
 	s = s[:len(d)]
 	for i := range d {
 		d[i] = s[i] / f
+	}
+}
+
+func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
+
+// scaleChunk is how many elements scaleChunked copies and scales at a
+// time: small enough that the scaling pass finds them in cache.
+const scaleChunk = 8192
+
+// scaleChunked sets d = s × f with a SIMD multiply (vek: AVX2 where
+// available). Used for division by a power of two, where multiplying by
+// the exact reciprocal gives the same bits as IEEE division.
+func scaleChunked[T float32 | float64](d, s []T, f T, scaleInPlace func([]T, T)) {
+	same := len(d) > 0 && &d[0] == &s[0]
+	for off := 0; off < len(d); off += scaleChunk {
+		end := min(off+scaleChunk, len(d))
+		if !same {
+			copy(d[off:end], s[off:end])
+		}
+		scaleInPlace(d[off:end], f)
 	}
 }
 

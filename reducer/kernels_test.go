@@ -1,6 +1,7 @@
 package reducer
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -14,11 +15,15 @@ import (
 func TestDivIntoMatchesScalar(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, n := range []int{0, 1, 7, 8191, 8192, 8195, 3*8192 + 17} {
-		for _, div := range []int{1, 2, 3, 7} {
+		for _, div := range []int{1, 2, 3, 4, 7, 8, 64} {
 			s32, s64 := make([]float32, n), make([]float64, n)
 			for i := range s32 {
 				s32[i] = float32(rng.NormFloat64() * 1e3)
 				s64[i] = rng.NormFloat64() * 1e3
+				if i%5 == 0 { // subnormal and near-subnormal values
+					s32[i] = math.Float32frombits(uint32(rng.IntN(1 << 24)))
+					s64[i] = math.Float64frombits(uint64(rng.Int64N(1 << 53)))
+				}
 			}
 			d32, d64 := make([]float32, n), make([]float64, n)
 			if err := divInto(comm.HostBuffer(d32), comm.HostBuffer(s32), div); err != nil {
