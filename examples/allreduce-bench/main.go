@@ -43,12 +43,8 @@ import (
 	"github.com/ranktree/ranktree/examples/allreduce-bench/internal/bench"
 )
 
-// envTransport is the variable through which the CPU engine's transport is
-// chosen (auto: shared memory between ranks on one host, TCP otherwise).
-const envTransport = "RANKTREE_TRANSPORT"
-
 func main() {
-	o, err := bench.ParseArgs(os.Args[1:], os.Getenv(envTransport), os.Stderr)
+	o, err := bench.ParseArgs(os.Args[1:], os.Getenv(ranktree.EnvTransport), os.Stderr)
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "allreduce-bench:", err)
@@ -66,7 +62,7 @@ func main() {
 
 // run joins the job, measures and prints (rank 0), then leaves the job.
 func run(ctx context.Context, o bench.Options, stdout io.Writer) (err error) {
-	if err := os.Setenv(envTransport, o.Transport); err != nil {
+	if err := os.Setenv(ranktree.EnvTransport, o.Transport); err != nil {
 		return err
 	}
 	rt, err := ranktree.Init(ctx)

@@ -19,16 +19,12 @@
 //     follow Go's builtin min/max, which match torch.minimum/torch.maximum: a
 //     NaN in either operand gives NaN, and -0 is below +0 whichever side it
 //     is on, so the result never depends on which rank's data was dst. They
-//     run as AVX assembly where the CPU has AVX, builtin loops otherwise.
+//     run as builtin loops.
 //   - float16, bfloat16: blocks of blockElems elements are widened to float32
 //     scratch, reduced with the float32 kernel and rounded back (ties to even),
-//     as torch's CPU kernels compute half types through float. The bulk
-//     conversions use F16C (float16) and AVX2 (bfloat16) eight elements at a
-//     time where the CPU has them, portable loops otherwise; both give the
-//     same bits (float16 as x448/float16, bfloat16 as comm.BFloat16FromFloat32).
-//     Sum (the common case) is fused in assembly: widen, add and round back
-//     eight elements at a time with no scratch pass, bit-identical to the
-//     blocked path.
+//     as torch's CPU kernels compute half types through float. The
+//     conversions use x448/float16 (float16) and comm.BFloat16FromFloat32
+//     (bfloat16).
 //   - int8, uint8, int32, int64: wrapping (two's complement) arithmetic, as
 //     torch's integer tensors wrap. Bitwise ops, and Sum of int8/uint8/int32,
 //     work on 8-byte words (SWAR: lane-wise adds that do not carry across

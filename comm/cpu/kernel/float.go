@@ -26,15 +26,13 @@ func reduceF32(d, s []float32, t comm.RedOpType) {
 // minFloat is the elementwise minimum with Go's builtin min semantics, which
 // follow torch.minimum: a NaN in either operand gives NaN, and min(-0, +0)
 // is -0 in either order (so results do not depend on which rank's chunk is
-// dst). The bulk runs in AVX (minF32AVX/minF64AVX) where the CPU has it, the
-// rest with the builtin, which compiles to branch-free MINSS/MINSD sequences.
-// vek's Minimum is not used: it does not propagate NaN consistently (its SIMD
-// body keeps a NaN in dst, its scalar tail one in src) and its masked stores
-// are slow on AMD Zen.
+// dst). The builtin compiles to branch-free MINSS/MINSD sequences. vek's
+// Minimum is not used: it does not propagate NaN consistently (its SIMD body
+// keeps a NaN in dst, its scalar tail one in src), so ranks' chunks could
+// disagree on NaN.
 func minFloat[F float32 | float64](d, s []F) {
 	s = s[:len(d)]
-	done := simdMinMax(d, s, true)
-	for i := done; i < len(d); i++ {
+	for i := range d {
 		d[i] = min(d[i], s[i])
 	}
 }
@@ -42,45 +40,9 @@ func minFloat[F float32 | float64](d, s []F) {
 // maxFloat is minFloat for the maximum: NaN propagates, max(-0, +0) is +0.
 func maxFloat[F float32 | float64](d, s []F) {
 	s = s[:len(d)]
-	done := simdMinMax(d, s, false)
-	for i := done; i < len(d); i++ {
+	for i := range d {
 		d[i] = max(d[i], s[i])
 	}
-}
-
-// simdMinMax runs the AVX min or max over the longest prefix it can take
-// (a multiple of 8 float32 or 4 float64) and returns its length.
-func simdMinMax[F float32 | float64](d, s []F, isMin bool) int {
-	if !useAVXMinMax {
-		return 0
-	}
-	switch d := any(d).(type) {
-	case []float32:
-		n := len(d) &^ 7
-		if n == 0 {
-			return 0
-		}
-		s := any(s).([]float32)
-		if isMin {
-			minF32AVX(&d[0], &s[0], n)
-		} else {
-			maxF32AVX(&d[0], &s[0], n)
-		}
-		return n
-	case []float64:
-		n := len(d) &^ 3
-		if n == 0 {
-			return 0
-		}
-		s := any(s).([]float64)
-		if isMin {
-			minF64AVX(&d[0], &s[0], n)
-		} else {
-			maxF64AVX(&d[0], &s[0], n)
-		}
-		return n
-	}
-	return 0
 }
 
 // reduceF64 is reduceF32 for float64.

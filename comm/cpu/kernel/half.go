@@ -1,8 +1,6 @@
 package kernel
 
 import (
-	"math"
-
 	"github.com/ranktree/ranktree/comm"
 	"github.com/viterin/vek/vek32"
 	"github.com/x448/float16"
@@ -46,71 +44,36 @@ func scaleHalf(d []uint16, f float32, widen widenFunc, narrow narrowFunc) {
 	}
 }
 
-// f16ToF32 widens IEEE binary16 bit patterns to float32 (exact): with F16C's
-// VCVTPH2PS eight at a time where the CPU has it, else (and for the last
-// len%8) with a loop that re-biases normal numbers inline and leaves the rare
-// cases to x448/float16. The tests check all 65536 patterns on both paths.
+// f16ToF32 widens IEEE binary16 bit patterns to float32 (exact) with
+// x448/float16.
 func f16ToF32(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
-	if n := len(src) &^ 7; useF16C && n > 0 {
-		widenF16C(&dst[0], &src[0], n)
-		dst, src = dst[n:], src[n:]
-	}
 	for i, h := range src {
-		if e := h & 0x7c00; e != 0 && e != 0x7c00 { // normal: re-bias the exponent by 127-15
-			dst[i] = math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + (127-15)<<23))
-			continue
-		}
-		dst[i] = float16.Frombits(h).Float32() // zero, subnormal, Inf, NaN
+		dst[i] = float16.Frombits(h).Float32()
 	}
 }
 
-// f32ToF16 rounds float32 to binary16: nearest, ties to even; overflow to
-// ±Inf; NaN stays NaN. It uses F16C's VCVTPS2PH where the CPU has it, else a
-// loop that rounds values in the normal half range inline and leaves the rest
-// to x448/float16's Fromfloat32; both paths give x448's result on every
-// non-NaN input (tests compare them on every rounding boundary and on random
-// inputs).
+// f32ToF16 rounds float32 to binary16 with x448/float16: nearest, ties to
+// even; overflow to ±Inf; NaN stays NaN.
 func f32ToF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
-	if n := len(src) &^ 7; useF16C && n > 0 {
-		narrowF16C(&dst[0], &src[0], n)
-		dst, src = dst[n:], src[n:]
-	}
 	for i, f := range src {
-		u := math.Float32bits(f)
-		a := u&0x7fffffff - (127-15)<<23  // re-biased; in range for a normal half
-		if a-(1<<23) < 0x1f<<23-(1<<23) { // 2⁻¹⁴ ≤ |f| < 2¹⁶ (unsigned compare)
-			a += 0xfff + (a>>13)&1 // round the 13 dropped bits to nearest even
-			dst[i] = uint16(u>>16)&0x8000 | uint16(a>>13)
-			continue
-		}
-		dst[i] = float16.Fromfloat32(f).Bits() // below 2⁻¹⁴ (subnormal, zero), overflow, Inf, NaN
+		dst[i] = float16.Fromfloat32(f).Bits()
 	}
 }
 
-// bf16ToF32 widens bfloat16 bit patterns to float32 (exact: a shift), eight
-// at a time with AVX2 where the CPU has it.
+// bf16ToF32 widens bfloat16 bit patterns to float32 (exact: a shift).
 func bf16ToF32(dst []float32, src []uint16) {
 	dst = dst[:len(src)]
-	if n := len(src) &^ 7; useAVX2BF16 && n > 0 {
-		widenBF16AVX2(&dst[0], &src[0], n)
-		dst, src = dst[n:], src[n:]
-	}
 	for i, h := range src {
-		dst[i] = math.Float32frombits(uint32(h) << 16)
+		dst[i] = comm.BFloat16Value(h).Float32()
 	}
 }
 
-// f32ToBF16 rounds float32 to bfloat16 as comm.BFloat16FromFloat32 does
-// (nearest, ties to even; NaN stays NaN), eight at a time with AVX2 where the
-// CPU has it.
+// f32ToBF16 rounds float32 to bfloat16 with comm.BFloat16FromFloat32
+// (nearest, ties to even; NaN stays NaN).
 func f32ToBF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
-	if n := len(src) &^ 7; useAVX2BF16 && n > 0 {
-		narrowBF16AVX2(&dst[0], &src[0], n)
-		dst, src = dst[n:], src[n:]
-	}
 	for i, f := range src {
 		dst[i] = uint16(comm.BFloat16FromFloat32(f))
 	}

@@ -87,19 +87,9 @@ func reduceAligned(dst, src []byte, dt comm.DType, t comm.RedOpType) {
 	case comm.Float64:
 		reduceF64(view[float64](dst), view[float64](src), t)
 	case comm.Float16:
-		d, s := view[uint16](dst), view[uint16](src)
-		if n := len(d) &^ 7; t == comm.RedSum && useF16C && n > 0 {
-			sumF16C(&d[0], &s[0], n) // fused widen-add-round
-			d, s = d[n:], s[n:]
-		}
-		reduceHalf(d, s, t, f16ToF32, f32ToF16)
+		reduceHalf(view[uint16](dst), view[uint16](src), t, f16ToF32, f32ToF16)
 	case comm.BFloat16:
-		d, s := view[uint16](dst), view[uint16](src)
-		if n := len(d) &^ 7; t == comm.RedSum && useAVX2BF16 && n > 0 {
-			sumBF16AVX2(&d[0], &s[0], n)
-			d, s = d[n:], s[n:]
-		}
-		reduceHalf(d, s, t, bf16ToF32, f32ToBF16)
+		reduceHalf(view[uint16](dst), view[uint16](src), t, bf16ToF32, f32ToBF16)
 	case comm.Int8:
 		reduceIntBytes[int8](dst, src, t, hiBytes)
 	case comm.Uint8:
