@@ -15,7 +15,7 @@ import (
 // and rank 2 (no dump).
 func TestRankrunnerDiagnose(t *testing.T) {
 	t.Parallel()
-	_, prog := rrBuild(t)
+	prog := rrBuildProg(t, "obsprog")
 	dir := t.TempDir()
 	port := rrFreePort(t)
 	job := rrStartRunner(t, "--nproc-per-node", "3", "--job-id", "diagjob", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog, "trace", dir)

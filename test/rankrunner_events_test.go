@@ -15,7 +15,7 @@ import (
 // (of --world-size 3) as missing.
 func TestRankrunnerEvents(t *testing.T) {
 	t.Parallel()
-	_, prog := rrBuild(t)
+	prog := rrBuildProg(t, "obsprog")
 	dir := t.TempDir()
 	port := rrFreePort(t)
 	job := rrStartRunner(t, "--nproc-per-node", "2", "--job-id", "evjob", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog, "events", dir)

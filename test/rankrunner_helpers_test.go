@@ -61,6 +61,38 @@ func rrBuild(t *testing.T) (runner, prog string) {
 	return rrBins.runner, rrBins.prog
 }
 
+// rrProgs are the test programs that link the runtime (initprog, obsprog),
+// built on first use so that only the tests using them depend on it.
+var rrProgs struct {
+	mu    sync.Mutex
+	built map[string]string
+	errs  map[string]error
+}
+
+// rrBuildProg builds ./test/progs/<name> once per test binary run.
+func rrBuildProg(t *testing.T, name string) string {
+	t.Helper()
+	rrBuild(t)
+	rrProgs.mu.Lock()
+	defer rrProgs.mu.Unlock()
+	if rrProgs.built == nil {
+		rrProgs.built, rrProgs.errs = map[string]string{}, map[string]error{}
+	}
+	if _, ok := rrProgs.built[name]; !ok {
+		path := filepath.Join(rrBins.dir, name)
+		cmd := exec.Command("go", "build", "-o", path, "./test/progs/"+name)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			rrProgs.errs[name] = fmt.Errorf("go build ./test/progs/%s: %v\n%s", name, err, out)
+		}
+		rrProgs.built[name] = path
+	}
+	if err := rrProgs.errs[name]; err != nil {
+		t.Fatal(err)
+	}
+	return rrProgs.built[name]
+}
+
 // rrSyncBuffer is a bytes.Buffer safe for a process's output goroutine and the test.
 type rrSyncBuffer struct {
 	mu sync.Mutex
@@ -254,5 +286,28 @@ func rrAssertNoOrphans(t *testing.T, dir string, d time.Duration) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// rrRanksGone polls /proc until every rank process recorded in dir is gone
+// and returns when that happened (it gives up after limit).
+func rrRanksGone(t *testing.T, dir string, limit time.Duration) time.Time {
+	t.Helper()
+	pids := rrAllPIDs(t, dir)
+	deadline := time.Now().Add(limit)
+	for {
+		alive := 0
+		for _, pid := range pids {
+			if rrPidAlive(pid) {
+				alive++
+			}
+		}
+		if alive == 0 {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rank processes still alive after %v", alive, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -2,38 +2,10 @@ package test
 
 import (
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// The initprog binary links the runtime (root package); it is built
-// separately from rankprog so that only these tests depend on it.
-var rrInitProg struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-func rrBuildInitProg(t *testing.T) string {
-	t.Helper()
-	rrBuild(t)
-	rrInitProg.once.Do(func() {
-		rrInitProg.path = filepath.Join(rrBins.dir, "initprog")
-		cmd := exec.Command("go", "build", "-o", rrInitProg.path, "./test/progs/initprog")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			rrInitProg.err = fmt.Errorf("go build ./test/progs/initprog: %v\n%s", err, out)
-		}
-	})
-	if rrInitProg.err != nil {
-		t.Fatal(rrInitProg.err)
-	}
-	return rrInitProg.path
-}
 
 // TestRankrunnerRuntimeInitTwoNodes: 2 nodes × 2 ranks of a program using
 // ranktree.Init, over loopback with a token-protected embedded server. Rank
@@ -41,7 +13,7 @@ func rrBuildInitProg(t *testing.T) string {
 // the new restart prefix and both runners exit 0.
 func TestRankrunnerRuntimeInitTwoNodes(t *testing.T) {
 	t.Parallel()
-	prog := rrBuildInitProg(t)
+	prog := rrBuildProg(t, "initprog")
 	port := rrFreePort(t)
 	common := []string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", "initjob", "--max-restarts", "1",
 		"--nats-token", "tok3n", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port)}

@@ -34,12 +34,16 @@ func TestRankrunnerFailureStopsAll(t *testing.T) {
 	t.Parallel()
 	_, prog := rrBuild(t)
 	dir := t.TempDir()
-	p := rrRunRunner(t, 60*time.Second, "--nproc-per-node", "3", prog, "fail", dir, "1", "7", "300ms")
-	if p.code != 7 {
-		t.Fatalf("exit code %d, want the failing rank's 7", p.code)
+	p := rrStartRunner(t, "--nproc-per-node", "3", prog, "fail", dir, "1", "7", "300ms")
+	rrWaitFiles(t, 60*time.Second, filepath.Join(dir, "failed-at"))
+	gone := rrRanksGone(t, dir, 30*time.Second)
+	if d := gone.Sub(rrFailedAt(t, dir)); d > rrStopBound {
+		t.Errorf("ranks gone %v after rank 1 failed, want < %v", d, rrStopBound)
+	} else {
+		t.Logf("all ranks gone %v after rank 1 failed", d)
 	}
-	if d := p.exited.Sub(rrFailedAt(t, dir)); d > rrStopBound {
-		t.Errorf("runner exited %v after the rank failed, want < %v", d, rrStopBound)
+	if code := p.wait(t, 30*time.Second); code != 7 {
+		t.Fatalf("exit code %d, want the failing rank's 7", code)
 	}
 	for _, r := range []string{"0", "2"} {
 		if _, err := os.Stat(filepath.Join(dir, "term-"+r)); err != nil {
@@ -58,15 +62,19 @@ func TestRankrunnerFailureKillsStubbornRanks(t *testing.T) {
 	t.Parallel()
 	_, prog := rrBuild(t)
 	dir := t.TempDir()
-	p := rrRunRunner(t, 60*time.Second, "--nproc-per-node", "2", prog, "fail", dir, "0", "9", "300ms", "ignore-term")
-	if p.code != 9 {
-		t.Fatalf("exit code %d, want 9", p.code)
+	p := rrStartRunner(t, "--nproc-per-node", "2", prog, "fail", dir, "0", "9", "300ms", "ignore-term")
+	rrWaitFiles(t, 60*time.Second, filepath.Join(dir, "failed-at"))
+	gone := rrRanksGone(t, dir, 30*time.Second)
+	if d := gone.Sub(rrFailedAt(t, dir)); d > rrStopBound {
+		t.Errorf("ranks gone %v after rank 0 failed, want < %v", d, rrStopBound)
+	} else {
+		t.Logf("stubborn rank killed %v after rank 0 failed", d)
+	}
+	if code := p.wait(t, 30*time.Second); code != 9 {
+		t.Fatalf("exit code %d, want 9", code)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "term-1")); err != nil {
 		t.Errorf("rank 1 was not sent SIGTERM first: %v", err)
-	}
-	if d := p.exited.Sub(rrFailedAt(t, dir)); d > rrStopBound {
-		t.Errorf("runner exited %v after the rank failed, want < %v", d, rrStopBound)
 	}
 	rrAssertNoOrphans(t, dir, time.Second)
 }

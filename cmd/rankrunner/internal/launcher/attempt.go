@@ -27,6 +27,9 @@ func restartPrefix(n int) string { return fmt.Sprintf("restart/%d/", n) }
 // abortKey is runner id's abort key of attempt n.
 func abortKey(n int, id string) string { return restartPrefix(n) + "abort/runner-" + id }
 
+// stoppedKey says runner id stopped its ranks after attempt n failed.
+func stoppedKey(n int, id string) string { return restartPrefix(n) + "stopped/" + id }
+
 // doneKey is runner id's exit-barrier key of attempt n.
 func doneKey(n int, id string) string { return restartPrefix(n) + "done/" + id }
 
@@ -147,6 +150,10 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 			apply(pol.Step(RunnersDone{}, time.Now()))
 			continue
 		}
+		var kill <-chan time.Time // the SIGKILL deadline, independent of the tick
+		if d, ok := pol.Deadline(); ok {
+			kill = time.After(time.Until(d))
+		}
 		var in Input
 		select {
 		case e := <-exits:
@@ -179,12 +186,17 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 			in = SignalReceived{Sig: sig}
 		case <-tick.C:
 			in = Tick{}
+		case <-kill:
+			in = Tick{}
 		}
 		if in != nil {
 			apply(pol.Step(in, time.Now()))
 		}
 	}
 	log.Info().Stringer("outcome", outcome.Kind).Int("exit_code", outcome.ExitCode).Str("reason", outcome.Reason).Msg("attempt finished")
+	if outcome.Kind != Succeeded {
+		publish(stoppedKey(n, r.id), []byte("1"))
+	}
 	return outcome, nil
 }
 

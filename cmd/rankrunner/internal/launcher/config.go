@@ -138,8 +138,9 @@ type Config struct {
 	// MaxRestarts is the job-wide restart budget (torchrun --max-restarts);
 	// the first runner to reach the store fixes it for the whole job.
 	MaxRestarts int
-	// MonitorInterval is how often the supervisor checks stop deadlines
-	// (torchrun --monitor-interval; default 100ms).
+	// MonitorInterval is the supervision tick (torchrun --monitor-interval;
+	// default 100ms). Rank exits, aborts and signals are pushed, and the
+	// SIGKILL deadline has its own timer; the tick is a backstop.
 	MonitorInterval time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL when stopping ranks
 	// (default 3s, so ranks are gone within 5s of a failure).
@@ -277,6 +278,20 @@ func (c *Config) runnerID() (id string, numRunners int) {
 // serves reports whether this runner starts the embedded NATS server.
 func (c *Config) serves() bool {
 	return c.leader() && (c.NATSURL == "" || c.NATSListen != "")
+}
+
+// runnerIDs lists every runner id of the job (see runnerID).
+func (c *Config) runnerIDs() []string {
+	_, n := c.runnerID()
+	ids := make([]string, n)
+	for i := range ids {
+		if c.Task != nil {
+			ids[i] = fmt.Sprintf("task%d", i)
+		} else {
+			ids[i] = fmt.Sprintf("node%d", i)
+		}
+	}
+	return ids
 }
 
 // leader reports whether this runner serves the embedded NATS server when

@@ -14,7 +14,8 @@
 //  4. Fix the job-wide restart budget: the first runner's --max-restarts is
 //     stored under "max_restarts"; the attempt counter is "restarts".
 //  5. Run attempts. Attempt n keeps its state under "restart/<n>/": each
-//     runner watches "restart/<n>/" (a push, replayed from the start), starts
+//     runner watches the attempt's "abort/runner-" and "done/" keys (a push,
+//     replayed from the start), starts
 //     its ranks (own process group, Pdeathsig SIGKILL, stdout/stderr
 //     line-prefixed "[rank N]") and drives a Policy (policy.go, a pure state
 //     machine) with rank exits, abort keys, signals and ticks; see below.

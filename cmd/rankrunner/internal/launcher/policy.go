@@ -229,6 +229,11 @@ func (p *Policy) finish() []Action {
 	return []Action{Finish{p.outcome}}
 }
 
+// Deadline returns when SIGKILL is due, while ranks are being stopped.
+func (p *Policy) Deadline() (time.Time, bool) {
+	return p.deadline, p.phase == phaseStopping
+}
+
 // Running reports whether local index i is still running.
 func (p *Policy) Running(i int) bool { return i >= 0 && i < len(p.running) && p.running[i] }
 

@@ -22,6 +22,9 @@ func TestPolicyLocalFailureStopsAndEscalates(t *testing.T) {
 	if !reflect.DeepEqual(acts, want) {
 		t.Fatalf("failure actions = %#v, want %#v", acts, want)
 	}
+	if d, ok := p.Deadline(); !ok || !d.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("Deadline = %v, %v; want t0+3s", d, ok)
+	}
 	if acts := p.Step(Tick{}, t0.Add(2999*time.Millisecond)); acts != nil {
 		t.Fatalf("SIGKILL before the grace period: %v", acts)
 	}

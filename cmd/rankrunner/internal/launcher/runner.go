@@ -177,10 +177,12 @@ func (r *runner) loop(ctx context.Context, sigs <-chan os.Signal) (int, error) {
 			return 0, nil
 		case out.Final:
 			r.markFinished(ctx, n, out)
+			r.lingerForPeers(ctx, n, sigs)
 			return out.ExitCode, nil
 		case n >= budget:
 			r.log.Error().Int("restarts", n).Int("max_restarts", budget).Int("exit_code", out.ExitCode).Str("reason", out.Reason).Msg("restart budget spent; job failed")
 			r.markFinished(ctx, n, out)
+			r.lingerForPeers(ctx, n, sigs)
 			return out.ExitCode, nil
 		}
 		next, err := r.claimRestart(ctx, n)
@@ -189,6 +191,33 @@ func (r *runner) loop(ctx context.Context, sigs <-chan os.Signal) (int, error) {
 		}
 		r.log.Warn().Int("restart_count", next).Int("max_restarts", budget).Str("reason", out.Reason).Msg("restarting the job")
 		n = next
+	}
+}
+
+// lingerForPeers keeps the embedded NATS server of a failed multi-runner
+// job up until every runner has seen the failure and stopped its ranks
+// (its "restart/<n>/stopped/<id>" key), or StopGrace+5s passed, so that no
+// runner misses the abort because the server went away.
+func (r *runner) lingerForPeers(ctx context.Context, n int, sigs <-chan os.Signal) {
+	if !r.cfg.serves() || r.numRunners < 2 {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // another signal ends the wait
+		select {
+		case <-sigs:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var keys []string
+	for _, id := range r.cfg.runnerIDs() {
+		keys = append(keys, stoppedKey(n, id))
+	}
+	bound := r.cfg.StopGrace + 5*time.Second
+	if err := r.st.Wait(ctx, keys, bound); err != nil {
+		r.log.Warn().Err(err).Dur("waited", bound).Msg("not every runner confirmed it stopped; shutting the NATS server down anyway")
 	}
 }
 

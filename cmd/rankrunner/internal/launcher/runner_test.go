@@ -35,16 +35,24 @@ func (l *lockedBuffer) String() string {
 // MemStore, each starting one /bin/sh rank running script, and returns
 // their exit codes (a *FlagError from loop shows as code 2).
 func runNodes(t *testing.T, st store.Store, nnodes, maxRestarts int, script string, out *lockedBuffer) []int {
+	codes, _ := runNodesTimed(t, st, nnodes, maxRestarts, script, out)
+	return codes
+}
+
+// runNodesTimed is runNodes that also returns when each runner returned.
+func runNodesTimed(t *testing.T, st store.Store, nnodes, maxRestarts int, script string, out *lockedBuffer) ([]int, []time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	codes := make([]int, nnodes)
+	ended := make([]time.Time, nnodes)
 	var wg sync.WaitGroup
 	for node := 0; node < nnodes; node++ {
 		r, err := newRunner(Config{
 			Program: "/bin/sh", Args: []string{"-c", script}, NNodes: nnodes, NodeRank: node, NProcPerNode: 1,
 			JobID: "j", NATSURL: "nats://unused:1", MaxRestarts: maxRestarts, StopGrace: time.Second,
-			Stdout: out, Stderr: out, Env: os.Environ(),
+			NATSListen: listen(node),
+			Stdout:     out, Stderr: out, Env: os.Environ(),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -58,11 +66,20 @@ func runNodes(t *testing.T, st store.Store, nnodes, maxRestarts int, script stri
 			if err != nil && !errors.As(err, &fe) {
 				t.Errorf("node %d: %v", node, err)
 			}
-			codes[node] = code
+			codes[node], ended[node] = code, time.Now()
 		}()
 	}
 	wg.Wait()
-	return codes
+	return codes, ended
+}
+
+// listen gives node 0 a --nats-listen so that it plays the server host
+// (which lingers for the other runners after a failure).
+func listen(node int) string {
+	if node == 0 {
+		return "127.0.0.1:0"
+	}
+	return ""
 }
 
 // TestRunnersRestartTogether: rank 1 (node 1) fails in attempt 0; node 0
@@ -96,14 +113,19 @@ echo ok rank=$RANK attempt=$RANKTREE_RESTART_COUNT world=$WORLD_SIZE group=$GROU
 }
 
 // TestRunnersBudgetSpent: without restarts both runners exit with the
-// failing rank's code, node 0 learning it from the abort key.
+// failing rank's code, node 1 learning it from the abort key. Node 0 hosts
+// the server, so it does not return before node 1 has stopped its rank
+// (which ignores SIGTERM and needs the 1 s grace period and SIGKILL).
 func TestRunnersBudgetSpent(t *testing.T) {
 	st := store.NewMemStore()
 	var out lockedBuffer
-	script := `if [ "$RANK" = 0 ]; then sleep 0.2; exit 6; fi; exec sleep 30`
-	codes := runNodes(t, st, 2, 0, script, &out)
+	script := `if [ "$RANK" = 0 ]; then sleep 0.2; exit 6; fi; trap '' TERM; exec sleep 30`
+	codes, ended := runNodesTimed(t, st, 2, 0, script, &out)
 	if codes[0] != 6 || codes[1] != 6 {
 		t.Fatalf("exit codes %v, want [6 6]\n%s", codes, out.String())
+	}
+	if ended[0].Before(ended[1].Add(-500 * time.Millisecond)) {
+		t.Fatalf("server host returned %v before node 1 stopped its ranks", ended[1].Sub(ended[0]))
 	}
 }
 
