@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu"
+	"github.com/ranktree/ranktree/supervisor"
 )
 
 // EnvTransport selects the CPU engine's transport: "auto" (default: shared
@@ -41,16 +43,50 @@ func WithBackend(f comm.BackendFactory) Option {
 }
 
 // groups is the runtime's process-group machinery: the actor system that
-// hosts the communicator actors, the engine factory, and the groups made so
-// far (for teardown). Written at Init and by CreateGroup under mu.
+// hosts the communicator actors and the rank's supervision tree, the engine
+// factory, and the groups made so far (for teardown). Written at Init and by
+// createGroup under mu.
 type groups struct {
 	system  *actor.ActorSystem
 	factory comm.BackendFactory
 	faults  []comm.Fault
+	sup     supervisor.Config
+	sv      *supervisor.Rank
 	world   *comm.ProcessGroup
 
 	mu    sync.Mutex
-	comms []*actors.Communicator
+	comms []*supervisedLauncher
+}
+
+// supervisedLauncher is a group's communicator actor as the ProcessGroup
+// sees it: Close also takes the group off the watchdog, and with blocking
+// wait (RANKTREE_BLOCKING_WAIT) every Work gets its deadline.
+type supervisedLauncher struct {
+	*actors.Communicator
+	sv       *supervisor.Rank
+	group    string
+	rank     int
+	blocking bool
+}
+
+// Submit implements comm.Launcher.
+func (l *supervisedLauncher) Submit(op *comm.Op, w *comm.Work) {
+	if l.blocking && op.Timeout > 0 {
+		fp, timeout := op.FP, op.Timeout // the shape; the actor assigns the seq
+		w.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
+			fp.Seq = w.Seq()
+			return &comm.TimeoutError{Rank: l.rank, FP: fp, Group: l.group, Timeout: timeout, Elapsed: elapsed}
+		})
+	}
+	l.Communicator.Submit(op, w)
+}
+
+// Close implements comm.Launcher: it closes the communicator, then stops
+// watching the group.
+func (l *supervisedLauncher) Close(ctx context.Context) error {
+	err := l.Communicator.Close(ctx)
+	l.sv.DetachGroup(l.group)
+	return err
 }
 
 // initGroups creates the actor system and the default process group over
@@ -68,17 +104,30 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 		}
 		g.faults = faults
 	}
+	sup, err := supervisor.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	g.sup = sup
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	g.system = actor.NewActorSystemWithConfig(actor.Configure(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet })))
+	g.sv, err = supervisor.StartRank(g.system, supervisor.RankConfig{
+		Job: r.job, Rank: r.rank, WorldSize: r.worldSize, Cfg: sup, Store: r.st, NATS: r.nc, Log: r.log,
+	})
+	if err != nil {
+		g.system.Shutdown()
+		return err
+	}
 	ranks := make([]int, r.worldSize)
 	for i := range ranks {
 		ranks[i] = i
 	}
 	world, err := r.createGroup(ctx, comm.GroupSpec{
-		Name: WorldGroupName, GlobalRanks: ranks, Rank: r.rank, Timeout: comm.DefaultTimeout,
+		Name: WorldGroupName, GlobalRanks: ranks, Rank: r.rank, Timeout: sup.Timeout,
 	})
 	if err != nil {
+		g.sv.Close(time.Second)
 		g.system.Shutdown()
 		return err
 	}
@@ -93,8 +142,8 @@ func (r *Runtime) World() *comm.ProcessGroup { return r.grp.world }
 
 // NewGroup creates a process group of the given global ranks. Every rank of
 // the job must call it, in the same order; non-members get a group whose
-// Rank is -1 (torch.distributed.new_group). Errors: *comm.ArgError for bad
-// ranks; engine connection errors.
+// Rank is -1 (torch.distributed.new_group). Errors: an error wrapping
+// comm.ErrInvalidArgument for bad ranks; engine connection errors.
 func (r *Runtime) NewGroup(ctx context.Context, ranks []int, opts ...comm.GroupOption) (*comm.ProcessGroup, error) {
 	return r.grp.world.NewGroup(ctx, ranks, opts...)
 }
@@ -120,21 +169,28 @@ func (r *Runtime) createGroup(ctx context.Context, spec comm.GroupSpec) (*comm.P
 	if err != nil {
 		return nil, fmt.Errorf("ranktree: rank %d: connecting group %q: %w", r.rank, spec.Name, err)
 	}
-	cm, err := actors.NewCommunicator(g.system, be, actors.CommunicatorConfig{Group: spec.Name, Epoch: epoch, Log: log})
+	if spec.Timeout <= 0 {
+		spec.Timeout = g.sup.Timeout
+	}
+	obs := g.sv.AttachGroup(supervisor.GroupSpec{Name: spec.Name, Epoch: epoch, Engine: be.Name(),
+		Members: spec.GlobalRanks, Timeout: spec.Timeout}, spec.Rank, be)
+	cm, err := actors.NewCommunicator(g.system, be, actors.CommunicatorConfig{Group: spec.Name, Epoch: epoch, Observer: obs, Log: log})
 	if err != nil {
+		g.sv.DetachGroup(spec.Name)
 		be.Close()
 		return nil, err
 	}
+	l := &supervisedLauncher{Communicator: cm, sv: g.sv, group: spec.Name, rank: r.rank, blocking: g.sup.BlockingWait}
 	pg, err := comm.NewProcessGroup(comm.GroupConfig{
 		Name: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
-		Launcher: cm, Engine: be.Name(), Factory: groupFactory{r}, Timeout: spec.Timeout, Log: r.log,
+		Launcher: l, Engine: be.Name(), Factory: groupFactory{r}, Timeout: spec.Timeout, Log: r.log,
 	})
 	if err != nil {
-		cm.Close(ctx)
+		l.Close(ctx)
 		return nil, err
 	}
 	g.mu.Lock()
-	g.comms = append(g.comms, cm)
+	g.comms = append(g.comms, l)
 	g.mu.Unlock()
 	log.Debug().Str("engine", be.Name()).Ints("ranks", spec.GlobalRanks).Msg("process group created")
 	return pg, nil
@@ -152,6 +208,9 @@ func (r *Runtime) closeGroups(ctx context.Context) error {
 		if err := comms[i].Close(ctx); err != nil && !errors.Is(err, comm.ErrClosed) {
 			errs = append(errs, err)
 		}
+	}
+	if err := g.sv.Close(2 * time.Second); err != nil {
+		errs = append(errs, err)
 	}
 	g.system.Shutdown()
 	return errors.Join(errs...)

@@ -1,3 +1,18 @@
+// Package actors holds ranktree's protoactor-go actors: the communicator
+// actor (communicator.go; one per process group × device, it owns the
+// group's engine, assigns sequence numbers and launches ops in mailbox
+// order) and the event publisher (publisher.go; work and communicator
+// events on NATS, schema in event.go).
+//
+// The communicator's duties towards its callers (comm.ProcessGroup):
+//
+//  1. Submit never blocks on communication; errors complete the Work.
+//  2. Ops get sequence numbers in mailbox order: the collective counter, or
+//     the P2P counter for Send/Recv and all-P2P batches (comm.UsesP2PSeq).
+//  3. The Observer sees each op after its fingerprint is complete and
+//     before Backend.Launch (watchdog deadlines, flight recorder, events).
+//  4. Abort goes straight to the engine; Close drains the mailbox, stops the
+//     actor and closes the engine, bounded by its ctx.
 package actors
 
 import (
@@ -6,6 +21,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
@@ -78,8 +94,11 @@ type Communicator struct {
 	log     zerolog.Logger
 	state   *commActor
 
-	mu       sync.RWMutex // guards closed against Submit's mailbox sends
-	closed   bool
+	// closed and senders make Close wait for Submits already past their
+	// closed check (a Dekker-style handshake on sequentially consistent
+	// atomics), so no launch can reach the mailbox after the stop message.
+	closed   atomic.Bool
+	senders  atomic.Int64
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -105,6 +124,7 @@ type commActor struct {
 	log      zerolog.Logger
 	seq      atomic.Uint64 // last collective seq assigned
 	p2pSeq   atomic.Uint64 // last P2P seq assigned
+	dead     atomic.Bool   // set by a Close that timed out: fail instead of launching
 }
 
 // NewCommunicator spawns the communicator actor for a connected backend in
@@ -139,14 +159,14 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 // Submit posts op to the actor's mailbox (comm.Launcher). After Close, w
 // fails with comm.ErrClosed.
 func (c *Communicator) Submit(op *comm.Op, w *comm.Work) {
-	c.mu.RLock()
-	if c.closed {
-		c.mu.RUnlock()
+	c.senders.Add(1)
+	if c.closed.Load() {
+		c.senders.Add(-1)
 		w.Complete(fmt.Errorf("%w: communicator of group %q is closed (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
 	c.system.Root.Send(c.pid, &launchMsg{op: op, w: w})
-	c.mu.RUnlock()
+	c.senders.Add(-1)
 }
 
 // Abort aborts the engine: in-flight and later ops fail with an error
@@ -163,23 +183,41 @@ func (c *Communicator) Abort(reason error) {
 // anyway and ctx's error is returned. Idempotent (comm.Launcher).
 func (c *Communicator) Close(ctx context.Context) error {
 	c.stopOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		c.mu.Unlock()
-		done := make(chan struct{})
-		c.system.Root.Send(c.pid, &stopMsg{done: done})
-		var waitErr error
-		select {
-		case <-done:
-		case <-ctx.Done():
-			waitErr = fmt.Errorf("closing the communicator of group %q: mailbox not drained: %w", c.group, ctx.Err())
+		c.closed.Store(true)
+		waitErr := c.drain(ctx)
+		if waitErr != nil {
+			// The actor is stuck in Launch. Ops still queued behind it
+			// fail with ErrClosed once it returns; the actor is left to
+			// finish that rather than stopped under it.
+			c.state.dead.Store(true)
 			c.backend.Abort(waitErr)
+		} else {
+			c.system.Root.Stop(c.pid)
 		}
-		c.system.Root.Stop(c.pid)
 		c.stopErr = errors.Join(waitErr, c.backend.Close())
 		c.log.Debug().Uint64("seq", c.state.seq.Load()).Uint64("p2p_seq", c.state.p2pSeq.Load()).Msg("communicator closed")
 	})
 	return c.stopErr
+}
+
+// drain waits until no Submit is in progress and the actor has handled
+// every message posted before the stop message, or ctx ends.
+func (c *Communicator) drain(ctx context.Context) error {
+	for c.senders.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("closing the communicator of group %q: a Submit is still in progress: %w", c.group, ctx.Err())
+		case <-time.After(50 * time.Microsecond):
+		}
+	}
+	done := make(chan struct{})
+	c.system.Root.Send(c.pid, &stopMsg{done: done})
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("closing the communicator of group %q: mailbox not drained: %w", c.group, ctx.Err())
+	}
 }
 
 // Backend is the engine the actor owns.
@@ -208,6 +246,10 @@ func (a *commActor) Receive(ctx actor.Context) {
 // observer and launches on the engine. A panicking engine fails the op's
 // Work with an *EngineError instead of taking the actor down.
 func (a *commActor) launch(op *comm.Op, w *comm.Work) {
+	if a.dead.Load() {
+		w.Complete(fmt.Errorf("%w: communicator of group %q was closed while its engine was stuck (%v)", comm.ErrClosed, a.group, op.Type))
+		return
+	}
 	var seq uint64
 	if comm.UsesP2PSeq(op) {
 		seq = a.p2pSeq.Add(1)
@@ -230,3 +272,5 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 	}()
 	a.backend.Launch(op, w)
 }
+
+var _ comm.Launcher = (*Communicator)(nil)

@@ -5,10 +5,12 @@ import (
 	"io"
 	"testing"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu"
 	"github.com/ranktree/ranktree/internal/testrank"
 )
 
@@ -60,6 +62,24 @@ func benchLaunch(b *testing.B, be comm.Backend) {
 			}
 		}
 	})
+	// The same with the actor loop on its own goroutine (a hand-off per op).
+	c2, err := actors.NewCommunicator(testrank.QuietSystem(), be, actors.CommunicatorConfig{
+		Group: "bench2", Log: zerolog.New(io.Discard), Dispatcher: actor.NewDefaultDispatcher(300)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pg2, err := comm.NewProcessGroup(comm.GroupConfig{Name: "bench2", Rank: 0, Size: 1, Launcher: c2, Engine: be.Name()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("processgroup-goroutine-dispatch", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if err := pg2.AllReduce(ctx, buf, comm.Sum).Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("processgroup-pipelined", func(b *testing.B) {
 		b.ReportAllocs()
 		ws := make([]*comm.Work, 0, 64)
@@ -80,3 +100,13 @@ func benchLaunch(b *testing.B, be comm.Backend) {
 // BenchmarkLaunchOverhead compares the same op directly on an in-process
 // engine that completes at once and through the ProcessGroup and actor.
 func BenchmarkLaunchOverhead(b *testing.B) { benchLaunch(b, nopBackend{}) }
+
+// BenchmarkLaunchOverheadCPU is the same comparison on the CPU engine with
+// a world of one rank (its stream and progress goroutine included in both).
+func BenchmarkLaunchOverheadCPU(b *testing.B) {
+	e, err := cpu.New(context.Background(), comm.BackendConfig{Group: "bench", Rank: 0, Size: 1, Device: -1, Log: zerolog.New(io.Discard)}, cpu.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchLaunch(b, e)
+}

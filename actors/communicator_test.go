@@ -215,13 +215,14 @@ func TestCloseStuckEngine(t *testing.T) {
 				entered <- struct{}{}
 				<-release
 			})
-			defer close(release)
 			c, err := actors.NewCommunicator(testrank.QuietSystem(), rec, actors.CommunicatorConfig{Group: "g", Dispatcher: tc.disp})
 			if err != nil {
 				t.Fatal(err)
 			}
 			go c.Submit(&comm.Op{Type: comm.OpBarrier}, comm.NewWork(comm.OpBarrier))
 			<-entered
+			queued := comm.NewWork(comm.OpBarrier)
+			c.Submit(&comm.Op{Type: comm.OpBarrier}, queued)
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			start := time.Now()
@@ -234,6 +235,12 @@ func TestCloseStuckEngine(t *testing.T) {
 			}
 			if rec.AsyncError() == nil || !rec.Closed() {
 				t.Fatal("stuck engine was not aborted and closed")
+			}
+			close(release)
+			wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer wcancel()
+			if err := queued.Wait(wctx); !errors.Is(err, comm.ErrClosed) {
+				t.Fatalf("op queued behind the stuck launch: %v, want ErrClosed", err)
 			}
 		})
 	}

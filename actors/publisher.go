@@ -167,9 +167,15 @@ func (p *EventPublisher) Props() *actor.Props {
 	return actor.PropsFromProducer(func() actor.Actor { return (*publisherActor)(p) })
 }
 
+// Spawner is what spawns a child actor: the system's RootContext, an actor's
+// Context, or the rank's supervision root (supervisor.Root).
+type Spawner interface {
+	Spawn(props *actor.Props) *actor.PID
+}
+
 // Start spawns the actor under parent (nil: the system's root) and returns
 // its PID. Emit may be called only after Start.
-func (p *EventPublisher) Start(system *actor.ActorSystem, parent actor.SpawnerContext) *actor.PID {
+func (p *EventPublisher) Start(system *actor.ActorSystem, parent Spawner) *actor.PID {
 	if parent == nil {
 		parent = system.Root
 	}

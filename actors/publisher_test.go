@@ -282,3 +282,25 @@ func TestPublisherOverNATS(t *testing.T) {
 		}
 	}
 }
+
+type discardPublisher struct{}
+
+func (discardPublisher) Publish(string, []byte) error { return nil }
+
+// BenchmarkPublisherEmit measures Emit, the cost a launch pays per event.
+func BenchmarkPublisherEmit(b *testing.B) {
+	p, err := NewEventPublisher(discardPublisher{}, PublisherConfig{Job: "bench", Buffer: 1 << 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Start(actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	})), nil)
+	defer p.Close(10 * time.Second)
+	ev := Event{Kind: KindWork, Group: "default_pg", Op: "ALLREDUCE", State: StateScheduled}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		ev.Seq = uint64(i)
+		p.Emit(ev)
+	}
+}

@@ -26,6 +26,7 @@ type FaultSpecError struct {
 	Msg  string
 }
 
+// Error names the variable, the bad part and the expected syntax.
 func (e *FaultSpecError) Error() string {
 	return fmt.Sprintf("comm: invalid %s part %q: %s (want kind@rank=R,seq=S[,group=G] with kind hang|crash|error, parts separated by ';')",
 		e.Var, e.Spec, e.Msg)

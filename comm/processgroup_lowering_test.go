@@ -173,8 +173,18 @@ func TestCoalesceAndBatch(t *testing.T) {
 	if bw.Seq() != 1 || ba.FP.Seq != 1 {
 		t.Errorf("all-P2P batch takes P2P seq 1, got %d", bw.Seq())
 	}
+	// The group timeout applies to later ops; 0 restores the default.
+	pg.SetTimeout(5 * time.Second)
+	if w := pg.Barrier(ctx); w.Wait(ctx) != nil || rec.Ops()[3].Timeout != 5*time.Second {
+		t.Errorf("op timeout after SetTimeout(5s): %v", rec.Ops()[3].Timeout)
+	}
+	pg.SetTimeout(0)
+	if pg.Timeout() != comm.DefaultTimeout {
+		t.Errorf("SetTimeout(0) left %v", pg.Timeout())
+	}
+	rec.Reset()
 	// An empty block launches nothing.
-	if w := pg.Coalesce(ctx, func(*comm.Coalescer) error { return nil }); !w.IsCompleted() || w.Err() != nil || len(rec.Ops()) != 3 {
+	if w := pg.Coalesce(ctx, func(*comm.Coalescer) error { return nil }); !w.IsCompleted() || w.Err() != nil || len(rec.Ops()) != 0 {
 		t.Errorf("empty coalesce: completed %v err %v", w.IsCompleted(), w.Err())
 	}
 	// A Coalescer used after its block fails.

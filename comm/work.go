@@ -21,6 +21,10 @@ type Work struct {
 	created   time.Time
 	started   atomic.Int64 // unix nanos
 	completed atomic.Int64 // unix nanos
+
+	// blocking wait (SetDeadline): set once, before the Work is returned.
+	deadline  time.Time
+	onTimeout func(elapsed time.Duration) error
 }
 
 // Timings are a Work's timestamps; zero values mean "not yet".
@@ -47,19 +51,43 @@ func FailedWork(op OpType, err error) *Work {
 
 // Wait blocks until the Work completes or ctx ends, and returns the Work's
 // error (nil on success) or ctx's error. A ctx that ends does not cancel the
-// op: it stays in flight under the watchdog. c10d: Work.wait().
+// op: it stays in flight under the watchdog. With blocking wait
+// (SetDeadline) Wait also returns the deadline's error, typically a
+// *TimeoutError, once the deadline passes. c10d: Work.wait().
 func (w *Work) Wait(ctx context.Context) error {
 	select {
 	case <-w.done:
 		return w.err
 	default:
 	}
+	var expired <-chan time.Time
+	if w.onTimeout != nil {
+		t := time.NewTimer(time.Until(w.deadline))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-w.done:
 		return w.err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-expired:
+		select {
+		case <-w.done:
+			return w.err
+		default:
+		}
+		return w.onTimeout(time.Since(w.created))
 	}
+}
+
+// SetDeadline turns on blocking wait for this Work (c10d
+// TORCH_NCCL_BLOCKING_WAIT): once deadline passes, Wait returns
+// onTimeout(elapsed since creation) instead of blocking on; the op itself
+// stays under the watchdog. Call it before the Work is handed to the caller
+// (the runtime does so at submission when RANKTREE_BLOCKING_WAIT is set).
+func (w *Work) SetDeadline(deadline time.Time, onTimeout func(elapsed time.Duration) error) {
+	w.deadline, w.onTimeout = deadline, onTimeout
 }
 
 // Done is closed when the Work completes.

@@ -132,6 +132,7 @@ type ConfigError struct {
 	Msg   string
 }
 
+// Error names the variable, its value and what is wrong.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("supervisor: invalid %s=%q: %s", e.Var, e.Value, e.Msg)
 }

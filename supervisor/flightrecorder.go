@@ -113,8 +113,10 @@ type FlightRecorder struct {
 }
 
 type slot struct {
-	e Entry
-	w *comm.Work // nil: state as recorded in e
+	e      Entry
+	w      *comm.Work // nil: state as recorded in e
+	counts []int64    // input then output buffer lengths
+	nIn    int
 }
 
 type ring struct {
@@ -175,8 +177,7 @@ func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout
 	} else {
 		e.Seq = op.FP.Seq
 	}
-	e.InputSizes, e.InputDTypes = shapes(op, true)
-	e.OutputSizes, e.OutputDTypes = shapes(op, false)
+	counts, nIn := bufCounts(op)
 	if w != nil {
 		e.TimeCreatedNS = w.Timings().Created.UnixNano()
 	} else {
@@ -205,12 +206,12 @@ func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout
 	}
 	if g.n == len(g.slots) {
 		old := g.slots[g.next]
-		g.fold(entryNow(old))
+		g.fold(entryState(old))
 		g.status.Evicted++
 	} else {
 		g.n++
 	}
-	g.slots[g.next] = slot{e: e, w: w}
+	g.slots[g.next] = slot{e: e, w: w, counts: counts, nIn: nIn}
 	g.next = (g.next + 1) % len(g.slots)
 	return e.RecordID
 }
@@ -241,29 +242,60 @@ func (r *FlightRecorder) SetState(id uint64, state string, at time.Time, err err
 	}
 }
 
-func shapes(op *comm.Op, in bool) ([][]int64, []string) {
-	var sizes [][]int64
-	var dts []string
+// bufCounts returns the element counts of op's input buffers followed by
+// its output buffers (children's included, in order) in one allocation,
+// and how many are inputs. All buffers of an op share the fingerprint's
+// dtype (ProcessGroup validates it), so dtypes are not stored.
+func bufCounts(op *comm.Op) ([]int64, int) {
+	if len(op.Children) == 0 {
+		c := make([]int64, 0, len(op.In)+len(op.Out))
+		for _, b := range op.In {
+			c = append(c, int64(b.Len()))
+		}
+		for _, b := range op.Out {
+			c = append(c, int64(b.Len()))
+		}
+		return c, len(op.In)
+	}
+	var in, out []int64
 	var walk func(o *comm.Op)
 	walk = func(o *comm.Op) {
-		bufs := o.Out
-		if in {
-			bufs = o.In
+		for _, b := range o.In {
+			in = append(in, int64(b.Len()))
 		}
-		for _, b := range bufs {
-			sizes = append(sizes, []int64{int64(b.Len())})
-			dts = append(dts, b.DType().String())
+		for _, b := range o.Out {
+			out = append(out, int64(b.Len()))
 		}
-		for _, c := range o.Children {
-			walk(c)
+		for _, ch := range o.Children {
+			walk(ch)
 		}
 	}
 	walk(op)
+	return append(in, out...), len(in)
+}
+
+// shapes expands counts into c10d-style sizes ([n] per buffer) and dtypes.
+func shapes(counts []int64, dtype string) ([][]int64, []string) {
+	sizes := make([][]int64, len(counts))
+	dts := make([]string, len(counts))
+	for i := range counts {
+		sizes[i] = counts[i : i+1 : i+1]
+		dts[i] = dtype
+	}
 	return sizes, dts
 }
 
-// entryNow is s's entry with state and times read from its Work.
+// entryNow is s's entry with its buffer shapes, and state and times read
+// from its Work.
 func entryNow(s slot) Entry {
+	e := entryState(s)
+	e.InputSizes, e.InputDTypes = shapes(s.counts[:s.nIn], e.DType)
+	e.OutputSizes, e.OutputDTypes = shapes(s.counts[s.nIn:], e.DType)
+	return e
+}
+
+// entryState is s's entry with state and times read from its Work.
+func entryState(s slot) Entry {
 	e := s.e
 	if s.w == nil {
 		return e
@@ -473,4 +505,17 @@ func (d Dumper) Dump(ctx context.Context, reason string) error {
 		return errors.New("supervisor: Dumper has no flight recorder")
 	}
 	return WriteDump(ctx, d.Rec.Dump(reason), d.Dir, d.Store)
+}
+
+// Observer returns the actors.Observer that records every op scheduled on
+// group's communicator. groupTimeout (may be nil) gives the group's current
+// default deadline, recorded for ops without their own.
+func (r *FlightRecorder) Observer(group string, groupTimeout func() time.Duration) actors.Observer {
+	return actors.ObserverFunc(func(op *comm.Op, w *comm.Work) {
+		d := op.Timeout
+		if d <= 0 && groupTimeout != nil {
+			d = groupTimeout()
+		}
+		r.Record(group, op, w, d)
+	})
 }

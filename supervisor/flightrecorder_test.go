@@ -261,3 +261,30 @@ func TestWriteDumpReportsErrors(t *testing.T) {
 		t.Errorf("WriteDump to a file path and a closed store: %v", err)
 	}
 }
+
+func TestFlightRecorderObserver(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{})
+	obs := actors.Observers{r.Observer("pg1", func() time.Duration { return time.Minute })}
+	op := allreduceOp(1, 2)
+	obs.Scheduled(op, comm.NewWork(comm.OpAllReduce))
+	op2 := allreduceOp(2, 2)
+	op2.Timeout = 3 * time.Second
+	obs.Scheduled(op2, comm.NewWork(comm.OpAllReduce))
+	d := r.Dump("x")
+	if len(d.Entries) != 2 || d.Entries[0].Group != "pg1" || d.Entries[0].TimeoutMS != 60000 || d.Entries[1].TimeoutMS != 3000 {
+		t.Errorf("entries %+v", d.Entries)
+	}
+}
+
+// BenchmarkFlightRecorderRecord measures the launch-path cost of one
+// flight-recorder entry (ring full, so every record evicts).
+func BenchmarkFlightRecorderRecord(b *testing.B) {
+	r := NewFlightRecorder(RecorderConfig{Capacity: 2000})
+	op := allreduceOp(1, 1024)
+	w := comm.NewWork(comm.OpAllReduce)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		op.FP.Seq = uint64(i + 1)
+		r.Record("default_pg", op, w, time.Minute)
+	}
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/actors"
 )
 
 // Heartbeat is the watchdog's liveness counter: the watchdog beats it once
@@ -120,7 +122,7 @@ func (m *HeartbeatMonitor) Props() *actor.Props {
 }
 
 // Start spawns the monitor under parent (nil: the root) and starts its timer.
-func (m *HeartbeatMonitor) Start(system *actor.ActorSystem, parent actor.SpawnerContext) *actor.PID {
+func (m *HeartbeatMonitor) Start(system *actor.ActorSystem, parent actors.Spawner) *actor.PID {
 	if parent == nil {
 		parent = system.Root
 	}
@@ -144,12 +146,18 @@ func (m *HeartbeatMonitor) Start(system *actor.ActorSystem, parent actor.Spawner
 // Fired reports whether the monitor has torn the process down.
 func (m *HeartbeatMonitor) Fired() bool { return m.fired.Load() }
 
-// Stop stops the timer and the actor. Idempotent.
+// Stop stops the timer and the actor, waiting at most 2 s. Idempotent.
 func (m *HeartbeatMonitor) Stop() {
 	m.once.Do(func() {
 		close(m.stop)
 		if m.pid != nil {
-			_ = m.system.Root.StopFuture(m.pid).Wait()
+			f := m.system.Root.StopFuture(m.pid)
+			done := make(chan struct{})
+			go func() { _ = f.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(2 * time.Second):
+			}
 		}
 	})
 }

@@ -206,3 +206,29 @@ func TestMergeRecorderDumps(t *testing.T) {
 		t.Errorf("report:\n%s", rep)
 	}
 }
+
+// FuzzMergeDumps feeds arbitrary JSON through ParseDump and MergeDumps:
+// neither may panic, and every stuck rank must be a member or a rank
+// without a dump.
+func FuzzMergeDumps(f *testing.F) {
+	f.Add([]byte(`{"version":"ranktree-fr/1","rank":0,"world_size":2,"pg_status":[{"name":"g","ranks":[0,1],"last_enqueued_collective":3,"last_completed_collective":2}],"entries":[{"process_group":"g","collective_seq_id":3,"op":"ALLREDUCE"}]}`),
+		[]byte(`{"version":"ranktree-fr/1","rank":1,"world_size":2,"pg_status":[{"name":"g","ranks":[0,1],"last_enqueued_collective":2,"last_completed_collective":2}]}`))
+	f.Add([]byte(`{"version":"ranktree-fr/1","rank":5}`), []byte(`{"version":"ranktree-fr/1","rank":0,"pg_status":[{"name":"x","ranks":[9,-1]}]}`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var dumps []Dump
+		for _, raw := range [][]byte{a, b} {
+			if d, err := ParseDump(raw); err == nil && d.Rank >= 0 && d.Rank < 1024 && d.WorldSize < 1024 {
+				dumps = append(dumps, d)
+			}
+		}
+		rep := MergeDumps(dumps)
+		_ = rep.String()
+		for _, g := range rep.Groups {
+			for _, r := range g.Stuck {
+				if !slices.Contains(g.Members, r) {
+					t.Fatalf("stuck rank %d is not a member of %v", r, g.Members)
+				}
+			}
+		}
+	})
+}

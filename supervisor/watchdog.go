@@ -74,12 +74,13 @@ type Watchdog struct {
 	pid    *actor.PID
 
 	// Owned by the actor.
-	nextID  WorkID
-	works   map[WorkID]*watched
-	groups  map[string]*watchedGroup
-	running bool
-	cancel  context.CancelFunc
-	once    sync.Once
+	nextID   WorkID
+	works    map[WorkID]*watched
+	groups   map[string]*watchedGroup
+	running  bool
+	cancel   context.CancelFunc
+	progress *progressWriter // nil without a store
+	once     sync.Once
 }
 
 type watched struct {
@@ -158,7 +159,7 @@ func (wd *Watchdog) Props() *actor.Props {
 
 // Start spawns the watchdog under parent (nil: the root), starts its ticker
 // and, with a store, its watches.
-func (wd *Watchdog) Start(system *actor.ActorSystem, parent actor.SpawnerContext) *actor.PID {
+func (wd *Watchdog) Start(system *actor.ActorSystem, parent actors.Spawner) *actor.PID {
 	if parent == nil {
 		parent = system.Root
 	}
@@ -236,6 +237,11 @@ func (a *watchdogActor) Receive(ctx actor.Context) {
 			spec.CommID = CommID(spec.Name, spec.Epoch)
 		}
 		wd.groups[spec.Name] = &watchedGroup{spec: spec, abort: m.Comm, async: m.Async}
+		for id, w := range wd.works {
+			if w.group == spec.Name && w.fp.Epoch != spec.Epoch {
+				delete(wd.works, id) // the old communicator's; the core drops them too
+			}
+		}
 		wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: spec.Name, Epoch: spec.Epoch, Action: "watch",
 			Detail: map[string]string{"comm_id": spec.CommID, "timeout": spec.Timeout.String()}})
 		wd.apply(wd.core.Step(EvAddGroup{Spec: spec}))
@@ -283,6 +289,8 @@ func (wd *Watchdog) startLoops(ctx actor.Context) {
 	if wd.cfg.Store == nil {
 		return
 	}
+	wd.progress = &progressWriter{pending: map[string][]byte{}, kick: make(chan struct{}, 1)}
+	go wd.progress.run(lctx, wd.cfg.Store, wd.cfg.IOTimeout, wd.cfg.Log.With().Int("rank", wd.cfg.Rank).Logger())
 	for _, prefix := range []string{AbortPrefix, ProgressPrefix} {
 		ch, err := wd.cfg.Store.Watch(lctx, prefix, true)
 		if err != nil {
@@ -301,11 +309,7 @@ func (wd *Watchdog) startLoops(ctx actor.Context) {
 func (wd *Watchdog) track(m TrackWork) {
 	wd.nextID++
 	id := wd.nextID
-	var epoch uint32
-	if g := wd.groups[m.Group]; g != nil {
-		epoch = g.spec.Epoch
-	}
-	wd.works[id] = &watched{w: m.Work, group: m.Group, epoch: epoch, fp: m.FP}
+	wd.works[id] = &watched{w: m.Work, group: m.Group, epoch: m.FP.Epoch, fp: m.FP}
 	wd.emitWork(wd.works[id], actors.StateScheduled)
 	wd.apply(wd.core.Step(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Work.Timings().Created}))
 }
@@ -425,7 +429,10 @@ func (wd *Watchdog) apply(acts []Action) {
 			wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: a.Record.Group, Epoch: a.Record.Epoch,
 				Action: "write_abort", Error: a.Record.Reason, Detail: map[string]string{"comm_id": a.CommID}})
 		case ActPublishProgress:
-			wd.storeSet(ProgressKey(a.CommID, wd.cfg.Rank), a.Progress)
+			if wd.progress != nil {
+				data, _ := json.Marshal(a.Progress)
+				wd.progress.put(ProgressKey(a.CommID, wd.cfg.Rank), data)
+			}
 		case ActDump:
 			if wd.cfg.Dumper != nil {
 				ctx, cancel := context.WithTimeout(context.Background(), wd.cfg.IOTimeout)
@@ -492,4 +499,45 @@ func (wd *Watchdog) emitWork(tw *watched, state string) {
 		}
 	}
 	wd.emit(ev)
+}
+
+// progressWriter writes progress keys from its own goroutine, keeping only
+// the latest value per key, so that a slow or unreachable store never
+// stalls the watchdog's ticks. The actor puts; the goroutine writes.
+type progressWriter struct {
+	mu      sync.Mutex
+	pending map[string][]byte
+	kick    chan struct{}
+}
+
+func (p *progressWriter) put(key string, v []byte) {
+	p.mu.Lock()
+	p.pending[key] = v
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *progressWriter) run(ctx context.Context, st store.Store, timeout time.Duration, log zerolog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		}
+		p.mu.Lock()
+		batch := p.pending
+		p.pending = map[string][]byte{}
+		p.mu.Unlock()
+		for k, v := range batch {
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			err := st.Set(wctx, k, v)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				log.Warn().Err(err).Str("key", k).Msg("watchdog: publishing progress failed")
+			}
+		}
+	}
 }

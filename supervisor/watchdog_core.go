@@ -80,7 +80,7 @@ type GroupSpec struct {
 	CommID  string        // "" means CommID(Name, Epoch)
 	Engine  string        // "cpu", "nccl": named in *comm.EngineError
 	Members []int         // global ranks, by group rank
-	Timeout time.Duration // the group's default deadline (0: the core's)
+	Timeout time.Duration // the group's default deadline (0: the previous epoch's, else the core's)
 }
 
 // WatchdogEvent is an input to WatchdogCore.Step.
@@ -317,10 +317,15 @@ func (c *WatchdogCore) newGroup(spec GroupSpec) *wdGroup {
 		spec.CommID = CommID(spec.Name, spec.Epoch)
 	}
 	g := &wdGroup{spec: spec, timeout: spec.Timeout, peers: map[int]Progress{}}
-	if g.timeout <= 0 {
+	old := c.groups[spec.Name]
+	switch {
+	case g.timeout > 0:
+	case old != nil: // a restarted group keeps its SetTimeout
+		g.timeout = old.timeout
+	default:
 		g.timeout = c.cfg.Timeout
 	}
-	if old := c.groups[spec.Name]; old != nil {
+	if old != nil {
 		delete(c.byComm, old.spec.CommID)
 	}
 	c.groups[spec.Name] = g
@@ -329,10 +334,10 @@ func (c *WatchdogCore) newGroup(spec GroupSpec) *wdGroup {
 }
 
 func (c *WatchdogCore) addGroup(spec GroupSpec) []Action {
-	// A new epoch of a group starts clean; Works of the old one are dropped
-	// (the old communicator fails them).
+	// A new epoch of a group starts clean; Works of other epochs are
+	// dropped (the old communicator fails them).
 	for id, w := range c.works {
-		if w.group == spec.Name {
+		if w.group == spec.Name && w.fp.Epoch != spec.Epoch {
 			delete(c.works, id)
 		}
 	}

@@ -322,3 +322,18 @@ func TestWatchdogRemoveGroup(t *testing.T) {
 		t.Errorf("removed group acted: %v", kinds(acts))
 	}
 }
+
+func TestWatchdogNewEpochDropsOnlyOldWorks(t *testing.T) {
+	c := coreWith(0, CleanupOnly, 0, 2) // epoch 0 Works 1 and 2 in flight
+	fp := fpAt(1)
+	fp.Epoch = 1
+	c.Step(EvScheduled{ID: 10, Group: "default_pg", FP: fp, At: t0}) // the new epoch's first op, before registration
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "default_pg", Epoch: 1, Members: []int{0, 1, 2, 3}, Timeout: time.Second}})
+	if c.InFlight() != 1 {
+		t.Fatalf("in flight %d, want only the epoch-1 Work", c.InFlight())
+	}
+	acts := c.Step(EvTick{Now: t0.Add(time.Hour)})
+	if got := kinds(acts); len(got) == 0 || got[0] != "FailWork(10,timeout)" {
+		t.Errorf("epoch-1 Work not watched: %v", got)
+	}
+}

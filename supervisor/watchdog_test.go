@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -334,5 +336,42 @@ func TestHeartbeatMonitorActor(t *testing.T) {
 	}
 	if _, err := NewHeartbeatMonitor(HeartbeatConfig{}); err == nil {
 		t.Error("NewHeartbeatMonitor without a Beat succeeded")
+	}
+}
+
+// TestWatchdogTearDownExitsProcess runs a rank in a child process (this test
+// binary, re-executed) with the default os.Exit: in TearDown mode a timeout
+// must write the dump to the trace dir and then exit with ExitTearDown.
+func TestWatchdogTearDownExitsProcess(t *testing.T) {
+	if dir := os.Getenv("RANKTREE_TEST_TEARDOWN_DIR"); dir != "" {
+		rec := NewFlightRecorder(RecorderConfig{Job: "td", Rank: 0, WorldSize: 1})
+		wd, err := NewWatchdog(WatchdogConfig{Rank: 0, Dumper: Dumper{Rec: rec, Dir: dir},
+			Cfg: Config{ErrorHandling: TearDown, WatchdogInterval: 5 * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wd.Start(newSystem(), nil)
+		wd.Register(GroupSpec{Name: "default_pg", Members: []int{0}, Timeout: 50 * time.Millisecond}, nil, nil)
+		op := allreduceOp(1, 4)
+		w := comm.NewWork(comm.OpAllReduce)
+		actors.Observers{rec.Observer("default_pg", nil), wd.Observer("default_pg")}.Scheduled(op, w)
+		time.Sleep(20 * time.Second) // the watchdog exits the process long before
+		t.Fatal("still alive after the deadline")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWatchdogTearDownExitsProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "RANKTREE_TEST_TEARDOWN_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != ExitTearDown {
+		t.Fatalf("child: %v, want exit code %d; output:\n%s", err, ExitTearDown, out)
+	}
+	b, err := os.ReadFile(TraceFile(dir, 0))
+	if err != nil {
+		t.Fatalf("no dump after teardown: %v", err)
+	}
+	d, err := ParseDump(b)
+	if err != nil || !strings.Contains(d.Reason, "timeout") || len(d.Entries) != 1 || d.Entries[0].State != actors.StateFailed {
+		t.Errorf("dump %+v, %v", d, err)
 	}
 }

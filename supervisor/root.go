@@ -1,0 +1,176 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/actors"
+)
+
+// ExitEscalate is the exit code when a child actor's panic is escalated.
+const ExitEscalate = 4
+
+// Decision is the root's answer to a child actor's panic.
+type Decision uint8
+
+// Decisions.
+const (
+	// Restart restarts the child actor in place (protoactor restart: its
+	// producer runs again; ranktree's actors keep their state across it).
+	Restart Decision = iota + 1
+	// StopChild stops the child and calls RootConfig.OnStopped, which may
+	// re-create it (a communicator under a new epoch, coordinated through
+	// the store).
+	StopChild
+	// Escalate dumps the flight recorder and exits the process with
+	// ExitEscalate, so that rankrunner restarts the job.
+	Escalate
+)
+
+// String is the decision's name: restart, stop or escalate.
+func (d Decision) String() string {
+	switch d {
+	case Restart:
+		return "restart"
+	case StopChild:
+		return "stop"
+	case Escalate:
+		return "escalate"
+	}
+	return fmt.Sprintf("Decision(%d)", uint8(d))
+}
+
+// RootConfig configures the rank's supervision root.
+type RootConfig struct {
+	Rank int
+	// Policy decides what a child's panic leads to (nil: Escalate). It runs
+	// on the root actor's goroutine and must not block.
+	Policy func(child *actor.PID, reason any) Decision
+	// MaxRestarts within Within turn further Restart decisions for that
+	// child into Escalate (0: 3 within 1 min).
+	MaxRestarts int
+	Within      time.Duration
+	// OnStopped runs, on its own goroutine, after a StopChild decision.
+	OnStopped func(child *actor.PID, reason any)
+	Dumper    DumpWriter     // nil: no dump on escalation
+	Events    EventSink      // nil: no events
+	Exit      func(code int) // nil: os.Exit
+	Log       zerolog.Logger
+}
+
+// Root is the rank's supervision root (a protoactor actor): the
+// communicator actors, the watchdog, the event publisher and the heartbeat
+// monitor are its children, and a panic in any of them reaches Policy
+// instead of killing the process. c10d has no counterpart; torchrun's
+// elastic agent restarts whole workers, which is what Escalate leads to.
+type Root struct {
+	cfg    RootConfig
+	system *actor.ActorSystem
+	pid    *actor.PID
+	once   sync.Once
+}
+
+type spawnReq struct{ props *actor.Props }
+
+// StartRoot spawns the root actor in system.
+func StartRoot(system *actor.ActorSystem, cfg RootConfig) *Root {
+	if cfg.MaxRestarts <= 0 {
+		cfg.MaxRestarts = 3
+	}
+	if cfg.Within <= 0 {
+		cfg.Within = time.Minute
+	}
+	if cfg.Exit == nil {
+		cfg.Exit = os.Exit
+	}
+	r := &Root{cfg: cfg, system: system}
+	props := actor.PropsFromFunc(func(ctx actor.Context) {
+		if m, ok := ctx.Message().(spawnReq); ok {
+			ctx.Respond(ctx.Spawn(m.props))
+		}
+	}, actor.WithSupervisor(rootStrategy{r}))
+	r.pid = system.Root.SpawnPrefix(props, fmt.Sprintf("rank%d-root-", cfg.Rank))
+	return r
+}
+
+// PID is the root actor's PID.
+func (r *Root) PID() *actor.PID { return r.pid }
+
+// Spawn starts a child of the root (actors.Spawner), so that its panics
+// reach Policy. It returns nil if the root has stopped.
+func (r *Root) Spawn(props *actor.Props) *actor.PID {
+	res, err := r.system.Root.RequestFuture(r.pid, spawnReq{props: props}, 10*time.Second).Result()
+	if err != nil {
+		r.cfg.Log.Error().Err(err).Int("rank", r.cfg.Rank).Msg("supervision root: spawn failed")
+		return nil
+	}
+	pid, _ := res.(*actor.PID)
+	return pid
+}
+
+// Stop stops the root and all its children, waiting at most timeout.
+// Idempotent.
+func (r *Root) Stop(timeout time.Duration) error {
+	var err error
+	r.once.Do(func() {
+		done := make(chan error, 1)
+		f := r.system.Root.StopFuture(r.pid)
+		go func() { done <- f.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(timeout):
+			err = fmt.Errorf("supervisor: root of rank %d did not stop within %v", r.cfg.Rank, timeout)
+		}
+	})
+	return err
+}
+
+// rootStrategy applies RootConfig.Policy to a failing child.
+type rootStrategy struct{ r *Root }
+
+// HandleFailure implements actor.SupervisorStrategy.
+func (s rootStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, child *actor.PID, rs *actor.RestartStatistics, reason any, _ any) {
+	cfg := s.r.cfg
+	d := Escalate
+	if cfg.Policy != nil {
+		d = cfg.Policy(child, reason)
+	}
+	if d == Restart {
+		rs.Fail()
+		if rs.NumberOfFailures(cfg.Within) > cfg.MaxRestarts {
+			d = Escalate
+		}
+	}
+	cfg.Log.Error().Int("rank", cfg.Rank).Str("child", child.Id).Interface("panic", reason).
+		Str("decision", d.String()).Msg("supervised actor panicked")
+	if cfg.Events != nil {
+		cfg.Events.Emit(actors.Event{Kind: actors.KindRestart, Action: d.String(), Error: fmt.Sprint(reason),
+			Detail: map[string]string{"actor": child.Id}})
+	}
+	switch d {
+	case Restart:
+		sup.RestartChildren(child)
+	case StopChild:
+		sup.StopChildren(child)
+		if cfg.OnStopped != nil {
+			go cfg.OnStopped(child, reason)
+		}
+	default:
+		sup.StopChildren(child)
+		reasonText := fmt.Sprintf("actor %s panicked: %v", child.Id, reason)
+		if cfg.Dumper != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := cfg.Dumper.Dump(ctx, reasonText); err != nil {
+				cfg.Log.Error().Err(err).Int("rank", cfg.Rank).Msg("escalation dump failed")
+			}
+			cancel()
+		}
+		cfg.Exit(ExitEscalate)
+	}
+}
