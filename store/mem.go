@@ -25,6 +25,8 @@ type MemStore struct {
 	closeCh  chan struct{}
 }
 
+var _ Store = (*MemStore)(nil)
+
 // MemOption configures NewMemStore.
 type MemOption func(*MemStore)
 

@@ -19,6 +19,8 @@ type PrefixStore struct {
 	closeCh chan struct{}
 }
 
+var _ Store = (*PrefixStore)(nil)
+
 // WithPrefix returns a view of s whose keys are prefix+key. Prefixes nest:
 // WithPrefix(WithPrefix(s, "a/"), "b/") uses "a/b/". Closing the view does
 // not close s (the owner of s closes it).

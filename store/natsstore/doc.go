@@ -1,5 +1,5 @@
 // Package natsstore is ranktree's job store over NATS JetStream KV: one
-// bucket per job (BucketForJob), History 1, file storage. It implements
+// bucket per job (BucketForJob), History 8, file storage. It implements
 // store.Store with c10d semantics and is what ranktree.Init connects to.
 //
 // # The caller's duties

@@ -15,11 +15,16 @@ import (
 	"github.com/ranktree/ranktree/store"
 )
 
+// kvHistory is the bucket's per-key history. Only the latest revision is
+// read; the older ones let a lagging watcher still see every change of a
+// key that changes up to kvHistory times before it catches up.
+const kvHistory = 8
+
 // attemptTimeout bounds one request to the server; an operation retries
 // attempts until its own bound (the store timeout or ctx).
 const attemptTimeout = 5 * time.Second
 
-// Store is a store.Store over one JetStream KV bucket per job (History 1,
+// Store is a store.Store over one JetStream KV bucket per job (History 8,
 // file storage). Keys are encoded with EncodeKey. It is safe for concurrent
 // use and survives NATS restarts: during an outage each call either
 // succeeds after the reconnect or returns a typed error
@@ -80,7 +85,7 @@ func openBucket(ctx context.Context, nc *nats.Conn, job, bucket string, timeout 
 			kv, err = js.CreateKeyValue(actx, jetstream.KeyValueConfig{
 				Bucket:      bucket,
 				Description: "ranktree store of job " + job,
-				History:     1,
+				History:     kvHistory,
 				Storage:     jetstream.FileStorage,
 			})
 			if errors.Is(err, jetstream.ErrBucketExists) {
@@ -372,7 +377,11 @@ func (s *Store) Set(ctx context.Context, key string, value []byte) error {
 // cas repeatedly reads key and applies decide until a conditional write
 // succeeds or decide declines (write=false).
 func (s *Store) cas(ctx context.Context, op, key string, decide func(e entry) (val []byte, del, write bool, err error)) (entry, error) {
+	deadline := time.Now().Add(s.timeout)
 	for i := 0; ; i++ {
+		if time.Now().After(deadline) {
+			return entry{}, &store.UnavailableError{Op: op, Key: key, Err: fmt.Errorf("compare-and-swap kept losing races for %v (store timeout)", s.timeout)}
+		}
 		if s.isClosed() {
 			return entry{}, store.ErrClosed
 		}

@@ -220,11 +220,21 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("Get returned during the outage: %q, %v", r.v, r.err)
 	case <-time.After(500 * time.Millisecond):
 	}
+	// A write issued during the outage completes after the reconnect.
+	during := make(chan error, 1)
+	go func() { during <- s.Set(ctx, "during", []byte("outage")) }()
+	time.Sleep(300 * time.Millisecond)
 	_, stop2, err := StartEmbedded(EmbeddedOptions{StoreDir: dir, Port: port})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stop2()
+	if err := <-during; err != nil {
+		t.Fatalf("Set issued during the outage: %v", err)
+	}
+	if v, err := s.Get(ctx, "during"); err != nil || string(v) != "outage" {
+		t.Fatalf("value set during the outage: %q, %v", v, err)
+	}
 
 	v, err := s.Get(ctx, "before")
 	if err != nil || string(v) != "kept" {
@@ -334,5 +344,51 @@ func TestOutageBounded(t *testing.T) {
 	}
 	if el := time.Since(start); el > 30*time.Second {
 		t.Errorf("three ops took %v with a 2 s store timeout", el)
+	}
+}
+
+// TestWaitIgnoresRejectedWrite: a write JetStream rejects still reaches
+// subscribers of the key's subject; a waiting Get must not report it.
+func TestWaitIgnoresRejectedWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	job := uniqueJob(t)
+	waiter, err := Connect(ctx, Options{URL: testURL(t), Job: job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	writer, err := Connect(ctx, Options{URL: testURL(t), Job: job})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	got := make(chan string, 1)
+	go func() {
+		v, err := waiter.Get(ctx, "k")
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		got <- string(v)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	bad := uint64(999)
+	if _, err := writer.write(ctx, "set", "k", []byte("rejected"), false, &bad); !errors.Is(err, errConflict) {
+		t.Fatalf("conditional write on an absent key: %v, want a conflict", err)
+	}
+	select {
+	case v := <-got:
+		t.Fatalf("Get returned %q after a rejected write", v)
+	case <-time.After(500 * time.Millisecond):
+	}
+	must(t, writer.Set(ctx, "k", []byte("real")))
+	select {
+	case v := <-got:
+		if v != "real" {
+			t.Fatalf("Get = %q, want real", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Get did not return after the key was set")
 	}
 }

@@ -60,6 +60,9 @@ func (s *Store) remoteAdd(ctx context.Context, key string, delta int64) (n int64
 	if skip {
 		return 0, false, nil
 	}
+	// Retries must land within the service's dedup memory.
+	ctx, cancel := context.WithTimeout(ctx, addDedupWindow/2)
+	defer cancel()
 	req, _ := json.Marshal(addRequest{ID: nuidNext(), Key: key, Delta: delta})
 	subj := AddSubject(s.bucket)
 	sent := false
@@ -143,7 +146,7 @@ type addService struct {
 
 	mu      sync.Mutex
 	buckets map[string]*svcBucket
-	recent  map[string]*addCall // request id → answer (dedup)
+	recent  map[string]*addCall // "<bucket> <request id>" → answer (dedup)
 }
 
 type svcBucket struct {
@@ -166,8 +169,9 @@ func (svc *addService) handle(m *nats.Msg) {
 		m.Respond(b)
 		return
 	}
+	dedup := tok[2] + " " + req.ID // ids are unique per client; scope them to the bucket anyway
 	svc.mu.Lock()
-	if c := svc.recent[req.ID]; c != nil { // a retry: answer with the first result
+	if c := svc.recent[dedup]; c != nil { // a retry: answer with the first result
 		svc.mu.Unlock()
 		go func() {
 			select {
@@ -179,7 +183,7 @@ func (svc *addService) handle(m *nats.Msg) {
 		return
 	}
 	c := &addCall{done: make(chan struct{}), at: time.Now()}
-	svc.recent[req.ID] = c
+	svc.recent[dedup] = c
 	svc.mu.Unlock()
 	go func() {
 		var rep addReply

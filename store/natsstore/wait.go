@@ -2,7 +2,9 @@ package natsstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,14 +81,14 @@ func (s *Store) waitError(ctx, wctx context.Context, op string, keys []string, t
 
 // waitKey returns key's value once it exists, or an error when ctx ends.
 //
-// It first subscribes to the key's KV subject (every write of the key is a
-// message on it), then reads the key once. A message on the subscription
-// is only a wake-up: the value is always read back from the stream, so a
-// write that JetStream rejected is never reported. If the read after a
-// wake-up does not find the key yet (the message can overtake its own
-// storage), waitKey falls back to a JetStream KV watch of the key, which
-// delivers the stored value without races. Without the subscription
-// shortcut, a thousand ranks waiting at once would each create a consumer.
+// It subscribes to the key's KV subject (every write of the key is a
+// message on it), passes a sync probe (syncProbe) and reads the key. A
+// message on the subscription is only a wake-up: after another probe the
+// value is read back from the stream, so a write that JetStream rejected is
+// never reported. As a backstop, a JetStream KV watch of the key (one
+// consumer per waiter, race-free) is opened if nothing arrived within
+// safetyWatchAfter. Without the subscription, a thousand ranks waiting at
+// once would each create a consumer.
 func (s *Store) waitKey(ctx context.Context, key string) ([]byte, error) {
 	for i := 0; ; i++ {
 		if err := ctx.Err(); err != nil {
@@ -111,6 +113,13 @@ func (s *Store) waitKey(ctx context.Context, key string) ([]byte, error) {
 	}
 }
 
+// safetyWatchAfter is how long waitKey relies on the subscription alone
+// before also opening the KV watch. The sync probe closes the race between
+// a write, the subscription and the first read for all practical purposes;
+// the KV watch (race-free, but one consumer per waiter) is the backstop.
+// Waiters open it after 1.5–3 s (jittered).
+const safetyWatchAfter = 1500 * time.Millisecond
+
 // waitOnce is one round of waitKey; done=false asks for another round.
 func (s *Store) waitOnce(ctx context.Context, key string, reconn <-chan struct{}) ([]byte, bool, error) {
 	wake := make(chan struct{}, 1)
@@ -126,7 +135,11 @@ func (s *Store) waitOnce(ctx context.Context, key string, reconn <-chan struct{}
 	defer sub.Unsubscribe()
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	if err := s.nc.FlushWithContext(actx); err != nil { // interest is registered
+	// The probe is sent after the SUB on the same connection, so the
+	// subscription is in place; its answer means every write the server
+	// received before it is stored, so the read below cannot miss a write
+	// whose wake-up went out before the subscription existed.
+	if err := s.syncProbe(actx); err != nil {
 		return nil, false, err
 	}
 	e, err := s.last(actx, key)
@@ -136,18 +149,33 @@ func (s *Store) waitOnce(ctx context.Context, key string, reconn <-chan struct{}
 	if e.exists {
 		return e.value, true, nil
 	}
-	select {
-	case <-wake:
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		defer cancel()
-		if e, err := s.last(actx, key); err == nil && e.exists {
-			return e.value, true, nil
+	safety := time.NewTimer(safetyWatchAfter + rand.N(safetyWatchAfter)) // jitter spreads consumer creation
+	defer safety.Stop()
+	for {
+		select {
+		case <-wake:
+			// The wake-up may overtake its own storage: probe first, so the
+			// read sees the write (or the write was rejected: keep waiting).
+			actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+			err := s.syncProbe(actx)
+			var e entry
+			if err == nil {
+				e, err = s.last(actx, key)
+			}
+			cancel()
+			if err != nil {
+				return nil, false, err
+			}
+			if e.exists {
+				return e.value, true, nil
+			}
+		case <-safety.C:
+			return s.watchKey(ctx, key, reconn)
+		case <-reconn:
+			return nil, false, nil
+		case <-ctx.Done():
+			return nil, true, ctx.Err()
 		}
-		return s.watchKey(ctx, key, reconn)
-	case <-reconn:
-		return nil, false, nil
-	case <-ctx.Done():
-		return nil, true, ctx.Err()
 	}
 }
 
@@ -185,4 +213,25 @@ func (s *Store) watchKey(ctx context.Context, key string, reconn <-chan struct{}
 			return nil, true, ctx.Err()
 		}
 	}
+}
+
+// syncToken is the KV subject token of the sync probe: EncodeKey never
+// produces it ('=' is always followed by two hex digits or stands alone).
+const syncToken = "=sync"
+
+// syncProbe returns once the stream has processed every message it
+// received before the probe. It publishes, in the stream's ingest order, a
+// message whose expected last sequence can never match, so the stream
+// answers with a rejection and stores nothing.
+func (s *Store) syncProbe(ctx context.Context) error {
+	m := nats.NewMsg(s.subjPre + syncToken)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "18446744073709551615")
+	_, err := s.js.PublishMsg(ctx, m)
+	switch {
+	case isWrongLastSeq(err):
+		return nil
+	case err == nil:
+		return errors.New("natsstore: sync probe was stored")
+	}
+	return err
 }

@@ -14,8 +14,9 @@ import (
 // store.Store.Watch). It rides on a KV watch whose subject filter covers
 // prefix's complete '/'-segments; the rest of the prefix is matched on the
 // decoded key. After a reconnect the KV watch is re-created from the last
-// revision delivered, so no change is delivered twice; a key changed
-// several times during an outage shows only its latest value (history 1).
+// revision delivered, so no change is delivered twice. A key changed more
+// than kvHistory (8) times before the watcher caught up (a slow reader, an
+// outage) shows only its latest revisions.
 func (s *Store) Watch(ctx context.Context, prefix string, replay bool) (<-chan store.Event, error) {
 	if s.isClosed() {
 		return nil, store.ErrClosed
