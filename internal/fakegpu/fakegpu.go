@@ -1,8 +1,9 @@
 // Package fakegpu builds and controls the fake libcuda/libnccl used by the
 // tests of comm/cuda and comm/nccl on machines without a GPU.
 //
-// The fake is one C file (testdata/fakegpu.c) that exports the CUDA driver
-// API and NCCL entry points ranktree binds. Build compiles it with
+// The fake is C code (testdata/fakegpu_cuda.c, fakegpu_nccl.c and
+// fakegpu.h) that exports the CUDA driver API and NCCL entry points
+// ranktree binds. Build compiles it with
 // `gcc -shared -fPIC` into a temporary folder once per test binary and
 // returns the path of the shared object, to be used as both
 // RANKTREE_CUDA_LIB and RANKTREE_NCCL_LIB (one library, so the fake NCCL
@@ -25,7 +26,7 @@
 package fakegpu
 
 import (
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"os"
@@ -37,8 +38,8 @@ import (
 	"github.com/ebitengine/purego"
 )
 
-//go:embed testdata/fakegpu.c
-var source []byte
+//go:embed testdata/fakegpu.h testdata/fakegpu_cuda.c testdata/fakegpu_nccl.c
+var sources embed.FS
 
 // Env is the environment variable a test binary can set to a prebuilt fake
 // library (scripts/gpu-check.sh does not use the fake; CI may).
@@ -71,13 +72,19 @@ func Path() (string, error) {
 				buildErr = err
 				return
 			}
-			src := filepath.Join(dir, "fakegpu.c")
-			if err := os.WriteFile(src, source, 0o644); err != nil {
-				buildErr = err
-				return
+			for _, name := range []string{"fakegpu.h", "fakegpu_cuda.c", "fakegpu_nccl.c"} {
+				b, err := sources.ReadFile("testdata/" + name)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+				}
+				if err != nil {
+					buildErr = err
+					return
+				}
 			}
 			libPath = filepath.Join(dir, "libfakegpu.so")
-			out, err := exec.Command(gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", libPath, src, "-lm", "-lpthread").CombinedOutput()
+			out, err := exec.Command(gcc, "-shared", "-fPIC", "-O1", "-Wall", "-o", libPath,
+				filepath.Join(dir, "fakegpu_cuda.c"), filepath.Join(dir, "fakegpu_nccl.c"), "-lm", "-lpthread").CombinedOutput()
 			if err != nil {
 				buildErr = fmt.Errorf("fakegpu: gcc failed: %v\n%s", err, out)
 				return

@@ -1,0 +1,455 @@
+package nccl
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"unsafe"
+
+	"github.com/x448/float16"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cuda"
+)
+
+// validate checks that every buffer of op lives on the engine's device.
+func (e *Engine) validate(op *comm.Op) error {
+	check := func(bufs []comm.Buffer) error {
+		for _, b := range bufs {
+			if b.IsHost() {
+				return fmt.Errorf("%w: nccl engine got host buffer %v in %v: NCCL needs device buffers (comm.DeviceBuffer); use the cpu engine for host memory",
+					comm.ErrUnsupported, b, op.FP)
+			}
+			if b.Device() != e.cfg.Device {
+				return &comm.ArgError{Op: op.Type, Group: e.cfg.Group, Rank: e.cfg.Rank,
+					Msg: fmt.Sprintf("buffer %v is not on the communicator's device cuda:%d", b, e.cfg.Device)}
+			}
+		}
+		return nil
+	}
+	if op.Type == comm.OpCoalesced {
+		for _, ch := range op.Children {
+			if err := e.validate(ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := check(op.In); err != nil {
+		return err
+	}
+	if err := check(op.Out); err != nil {
+		return err
+	}
+	if op.Type == comm.OpRecv && op.Peer == comm.AnySource {
+		return fmt.Errorf("%w: nccl engine cannot receive from any source (NCCL has no wildcard receive) in %v", comm.ErrUnsupported, op.FP)
+	}
+	return nil
+}
+
+// injectFault honours cfg.Faults for this rank and op: hang (the op is
+// never launched and its Work waits for Abort), crash (exit 3), error.
+func (e *Engine) injectFault(op *comm.Op) (hang bool, err error) {
+	if len(e.cfg.Faults) == 0 || comm.UsesP2PSeq(op) {
+		return false, nil
+	}
+	g := e.globalRank(e.cfg.Rank)
+	for _, f := range e.cfg.Faults {
+		if !f.Matches(g, e.cfg.Group, op.FP.Seq) {
+			continue
+		}
+		e.log.Warn().Str("fault", f.Kind).Uint64("seq", f.Seq).Int("rank", g).Msg("injected fault")
+		switch f.Kind {
+		case comm.FaultHang:
+			return true, nil
+		case comm.FaultCrash:
+			fmt.Fprintf(os.Stderr, "ranktree: injected fault: crash at rank %d, %v\n", g, op.FP)
+			os.Exit(3)
+		case comm.FaultError:
+			return false, &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: op.FP, Msg: "injected fault (error)"}
+		}
+	}
+	return false, nil
+}
+
+// launch orders c's stream after the callers' streams, enqueues op and
+// records the op's end event (launch goroutine only).
+func (e *Engine) launch(c *communicator, op *comm.Op) (ev cuda.Event, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: op.FP, Msg: fmt.Sprintf("internal error: %v", p)}
+		}
+	}()
+	for _, s := range callerStreams(op, nil) {
+		if err := e.cu.EventRecord(c.startEv, s); err != nil {
+			return 0, e.engErr(op, err)
+		}
+		if err := e.cu.StreamWaitEvent(c.stream, c.startEv); err != nil {
+			return 0, e.engErr(op, err)
+		}
+	}
+	l := &launcher{e: e, c: c, s: c.stream}
+	c.mu.Lock()
+	if c.handle == 0 {
+		c.mu.Unlock()
+		return 0, e.stoppedOr(&comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: op.FP, Msg: "communicator was aborted"})
+	}
+	l.h = c.handle
+	err = l.op(op)
+	for _, r := range l.redOps {
+		_ = e.nc.RedOpDestroy(r, l.h)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return 0, e.engErr(op, err)
+	}
+	if ev, err = e.event(); err != nil {
+		return 0, e.engErr(op, err)
+	}
+	if err := e.cu.EventRecord(ev, c.stream); err != nil {
+		e.evPool = append(e.evPool, ev)
+		return 0, e.engErr(op, err)
+	}
+	return ev, nil
+}
+
+// engErr wraps a binding error as a *comm.EngineError for op; errors that
+// already carry a comm sentinel of their own (unsupported, invalid) pass.
+func (e *Engine) engErr(op *comm.Op, err error) error {
+	if s := e.stopped(); s != nil {
+		return s
+	}
+	switch err.(type) {
+	case *Error, *cuda.Error:
+		return &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: op.FP, Msg: err.Error()}
+	}
+	return err
+}
+
+func (e *Engine) stoppedOr(err error) error {
+	if s := e.stopped(); s != nil {
+		return s
+	}
+	return err
+}
+
+// callerStreams lists the distinct streams of op's buffers.
+func callerStreams(op *comm.Op, acc []cuda.Stream) []cuda.Stream {
+	add := func(bufs []comm.Buffer) {
+		for _, b := range bufs {
+			s := cuda.Stream(b.Stream())
+			dup := false
+			for _, x := range acc {
+				if x == s {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				acc = append(acc, s)
+			}
+		}
+	}
+	if op.Type == comm.OpCoalesced {
+		for _, ch := range op.Children {
+			acc = callerStreams(ch, acc)
+		}
+		return acc
+	}
+	add(op.In)
+	add(op.Out)
+	return acc
+}
+
+// launcher enqueues the NCCL calls of one op on communicator handle h and
+// stream s; c.mu is held.
+type launcher struct {
+	e      *Engine
+	c      *communicator
+	h      Comm
+	s      cuda.Stream
+	redOps []RedOp // PreMulSum ops to destroy after the calls
+}
+
+// done turns a call's result into an error, waiting out InProgress of the
+// nonblocking communicator.
+func (l *launcher) done(r Result, err error) error {
+	if err != nil {
+		return err
+	}
+	if r == InProgress {
+		r, err = l.c.waitIdle(l.e.nc, l.e.abortCh)
+		if err != nil {
+			return err
+		}
+		if r != Success {
+			return &Error{Call: "ncclCommGetAsyncError", Code: r, Msg: l.e.nc.ErrorString(r), Last: l.e.nc.LastError(l.h)}
+		}
+	}
+	return nil
+}
+
+// group runs f between ncclGroupStart and ncclGroupEnd (GroupEnd runs even
+// if f fails, as NCCL requires).
+func (l *launcher) group(f func() error) error {
+	if err := l.e.nc.GroupStart(); err != nil {
+		return err
+	}
+	ferr := f()
+	gerr := l.done(l.e.nc.GroupEnd())
+	if ferr != nil {
+		return ferr
+	}
+	return gerr
+}
+
+func ptr(b comm.Buffer) cuda.DevicePtr { return cuda.DevicePtr(b.DevicePtr()) }
+
+// op enqueues one op (a Coalesced op as one NCCL group).
+func (l *launcher) op(op *comm.Op) error {
+	if op.Type == comm.OpCoalesced {
+		return l.group(func() error {
+			for _, ch := range op.Children {
+				if err := l.op(ch); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	nc, h, s := l.e.nc, l.h, l.s
+	rank, n := l.e.cfg.Rank, l.e.cfg.Size
+	if op.Type == comm.OpBarrier {
+		// c10d's NCCL barrier: an allreduce of one element.
+		return l.done(nc.AllReduce(l.c.scratch, l.c.scratch, 1, Float32, Sum, h, s))
+	}
+	dt, err := l.dtype(op)
+	if err != nil {
+		return err
+	}
+	switch op.Type {
+	case comm.OpAllReduce:
+		red, err := l.redOp(op, dt)
+		if err != nil {
+			return err
+		}
+		b := op.In[0]
+		return l.done(nc.AllReduce(ptr(b), ptr(b), b.Len(), dt, red, h, s))
+	case comm.OpBroadcast:
+		b := op.In[0]
+		return l.done(nc.Broadcast(ptr(b), ptr(b), b.Len(), dt, op.Root, h, s))
+	case comm.OpReduce:
+		red, err := l.redOp(op, dt)
+		if err != nil {
+			return err
+		}
+		b := op.In[0]
+		var recv cuda.DevicePtr
+		if rank == op.Root {
+			recv = ptr(b)
+		}
+		return l.done(nc.Reduce(ptr(b), recv, b.Len(), dt, red, op.Root, h, s))
+	case comm.OpAllGather:
+		c := op.In[0].Len()
+		if len(op.Out) == 1 {
+			return l.done(nc.AllGather(ptr(op.In[0]), ptr(op.Out[0]), c, dt, h, s))
+		}
+		return l.bcastEach(op, dt, nil, c)
+	case comm.OpAllGatherV:
+		return l.bcastEach(op, dt, op.RecvCounts, 0)
+	case comm.OpReduceScatter:
+		red, err := l.redOp(op, dt)
+		if err != nil {
+			return err
+		}
+		c := op.Out[0].Len()
+		if len(op.In) == 1 {
+			return l.done(nc.ReduceScatter(ptr(op.In[0]), ptr(op.Out[0]), c, dt, red, h, s))
+		}
+		return l.reduceEach(op, dt, red, nil, c)
+	case comm.OpReduceScatterV:
+		red, err := l.redOp(op, dt)
+		if err != nil {
+			return err
+		}
+		return l.reduceEach(op, dt, red, op.RecvCounts, 0)
+	case comm.OpAllToAll:
+		sc, rc := op.SendCounts, op.RecvCounts
+		sper, rper := 0, 0
+		if sc == nil {
+			sper = totalLen(op.In) / n
+		}
+		if rc == nil {
+			rper = totalLen(op.Out) / n
+		}
+		return l.group(func() error {
+			for i := 0; i < n; i++ {
+				sb := comm.Chunk(op.In, i, sc, sper)
+				rb := comm.Chunk(op.Out, i, rc, rper)
+				if err := l.done(nc.Send(ptr(sb), sb.Len(), dt, i, h, s)); err != nil {
+					return err
+				}
+				if err := l.done(nc.Recv(ptr(rb), rb.Len(), dt, i, h, s)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case comm.OpGather:
+		c := op.In[0].Len()
+		return l.group(func() error {
+			if err := l.done(nc.Send(ptr(op.In[0]), c, dt, op.Root, h, s)); err != nil {
+				return err
+			}
+			if rank != op.Root {
+				return nil
+			}
+			for i := 0; i < n; i++ {
+				rb := comm.Chunk(op.Out, i, nil, c)
+				if err := l.done(nc.Recv(ptr(rb), c, dt, i, h, s)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	case comm.OpScatter:
+		c := op.Out[0].Len()
+		return l.group(func() error {
+			if rank == op.Root {
+				for i := 0; i < n; i++ {
+					sb := comm.Chunk(op.In, i, nil, c)
+					if err := l.done(nc.Send(ptr(sb), c, dt, i, h, s)); err != nil {
+						return err
+					}
+				}
+			}
+			return l.done(nc.Recv(ptr(op.Out[0]), c, dt, op.Root, h, s))
+		})
+	case comm.OpSend:
+		b := op.In[0]
+		return l.done(nc.Send(ptr(b), b.Len(), dt, op.Peer, h, s))
+	case comm.OpRecv:
+		b := op.Out[0]
+		return l.done(nc.Recv(ptr(b), b.Len(), dt, op.Peer, h, s))
+	}
+	return fmt.Errorf("%w: nccl engine: op %v", comm.ErrUnsupported, op.Type)
+}
+
+// bcastEach runs an all-gather into n output chunks as n grouped
+// broadcasts, root i sending its input into chunk i (counts nil: per each).
+func (l *launcher) bcastEach(op *comm.Op, dt DataType, counts []int, per int) error {
+	rank, n := l.e.cfg.Rank, l.e.cfg.Size
+	return l.group(func() error {
+		for i := 0; i < n; i++ {
+			dst := comm.Chunk(op.Out, i, counts, per)
+			src := dst
+			if i == rank {
+				src = op.In[0]
+			}
+			if err := l.done(l.e.nc.Broadcast(ptr(src), ptr(dst), dst.Len(), dt, i, l.h, l.s)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// reduceEach runs a reduce-scatter from n input chunks as n grouped
+// reduces, chunk i reduced to root i (into Out[0] on that rank).
+func (l *launcher) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int, per int) error {
+	rank, n := l.e.cfg.Rank, l.e.cfg.Size
+	return l.group(func() error {
+		for i := 0; i < n; i++ {
+			src := comm.Chunk(op.In, i, counts, per)
+			var recv cuda.DevicePtr
+			if i == rank {
+				recv = ptr(op.Out[0])
+			}
+			if err := l.done(l.e.nc.Reduce(ptr(src), recv, src.Len(), dt, red, i, l.h, l.s)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func totalLen(bufs []comm.Buffer) int {
+	t := 0
+	for _, b := range bufs {
+		t += b.Len()
+	}
+	return t
+}
+
+// dtype is the NCCL type of op's elements (from its first buffer).
+func (l *launcher) dtype(op *comm.Op) (DataType, error) {
+	var dt comm.DType
+	switch {
+	case len(op.In) > 0:
+		dt = op.In[0].DType()
+	case len(op.Out) > 0:
+		dt = op.Out[0].DType()
+	default:
+		dt = op.FP.DType
+	}
+	return DataTypeOf(dt)
+}
+
+// redOp maps op's reduction to NCCL, as c10d's getNcclReduceOp: bool Sum
+// runs as Max and Product as Min; Avg is ncclAvg; PreMulSum is a
+// ncclRedOpCreatePreMulSum op; bitwise ops are unsupported by NCCL.
+func (l *launcher) redOp(op *comm.Op, ndt DataType) (RedOp, error) {
+	var dt comm.DType
+	if len(op.In) > 0 {
+		dt = op.In[0].DType()
+	}
+	ro := op.Reduce.ForDType(dt)
+	switch ro.Type() {
+	case comm.RedSum:
+		return Sum, nil
+	case comm.RedProduct:
+		return Prod, nil
+	case comm.RedMin:
+		return Min, nil
+	case comm.RedMax:
+		return Max, nil
+	case comm.RedAvg:
+		if l.e.nc.Version() < 21000 {
+			return 0, fmt.Errorf("%w: ReduceOp.AVG needs NCCL 2.10+ (loaded %s)", comm.ErrUnsupported, VersionString(l.e.nc.Version()))
+		}
+		return Avg, nil
+	case comm.RedPreMulSum:
+		scalar, err := scalarBytes(dt, ro.Factor())
+		if err != nil {
+			return 0, err
+		}
+		r, err := l.e.nc.RedOpCreatePreMulSum(unsafe.Pointer(&scalar[0]), ndt, ScalarHostImmediate, l.h)
+		if err != nil {
+			return 0, err
+		}
+		l.redOps = append(l.redOps, r)
+		return r, nil
+	}
+	return 0, fmt.Errorf("%w: Cannot use ReduceOp.%s with NCCL", comm.ErrUnsupported, ro.Type())
+}
+
+// scalarBytes encodes factor as one element of dt (a floating type).
+func scalarBytes(dt comm.DType, factor float64) ([]byte, error) {
+	b := make([]byte, 8)
+	switch dt {
+	case comm.Float64:
+		*(*float64)(unsafe.Pointer(&b[0])) = factor
+	case comm.Float32:
+		*(*float32)(unsafe.Pointer(&b[0])) = float32(factor)
+	case comm.Float16:
+		*(*uint16)(unsafe.Pointer(&b[0])) = float16.Fromfloat32(float32(factor)).Bits()
+	case comm.BFloat16:
+		*(*uint16)(unsafe.Pointer(&b[0])) = uint16(comm.BFloat16FromFloat32(float32(factor)))
+	default:
+		return nil, fmt.Errorf("%w: PreMulSum needs a floating dtype, got %v", comm.ErrInvalidArgument, dt)
+	}
+	if math.IsNaN(factor) || math.IsInf(factor, 0) {
+		return nil, fmt.Errorf("%w: PreMulSum factor %v is not finite", comm.ErrInvalidArgument, factor)
+	}
+	return b, nil
+}

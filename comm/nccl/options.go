@@ -1,0 +1,74 @@
+package nccl
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Options configures an Engine. The zero value is valid: lazy init, a
+// normal-priority stream, init bounded by BackendConfig.Timeout.
+type Options struct {
+	// EagerInit creates the NCCL communicator inside New, so New returns
+	// only once every rank has joined (or fails with an *InitTimeoutError).
+	// Otherwise the communicator is created by the first op, as c10d's
+	// ProcessGroupNCCL does without device_id.
+	EagerInit bool
+	// InitTimeout bounds one communicator's creation: waiting for rank 0's
+	// unique id in the store plus the nonblocking ncclCommInitRankConfig.
+	// 0 means BackendConfig.Timeout (or 5 min if that is 0 too).
+	InitTimeout time.Duration
+	// HighPriorityStream creates the communicator's stream with the
+	// greatest priority (c10d: NCCL_HIGH_PRIORITY / is_high_priority_stream).
+	HighPriorityStream bool
+	// PollInterval is the sleep between two cuEventQuery rounds while ops
+	// are in flight, once SpinPoll has passed. 0 means 50 µs.
+	PollInterval time.Duration
+	// SpinPoll is how long after a launch the launch goroutine queries end
+	// events without sleeping (small ops finish within it, and a sleeping
+	// locked thread adds an OS wake-up). 0 means 100 µs; negative: never spin.
+	SpinPoll time.Duration
+	// SpinIdle is how long the idle launch goroutine polls its queue before
+	// blocking (saves the OS wake-up of a parked thread between
+	// back-to-back launches, at the price of a busy core). 0: never spin
+	// (the default, right for shared or small machines); try 20 µs on a
+	// dedicated GPU host.
+	SpinIdle time.Duration
+	// AsyncErrorInterval is how often the engine polls
+	// ncclCommGetAsyncError while ops are in flight. 0 means 10 ms.
+	AsyncErrorInterval time.Duration
+	// FinalizeTimeout bounds Close's ncclCommFinalize wait before it falls
+	// back to ncclCommAbort. 0 means 10 s.
+	FinalizeTimeout time.Duration
+}
+
+// validate fills defaults and rejects negative durations (error wrapping
+// comm.ErrInvalidArgument).
+func (o *Options) validate(cfg comm.BackendConfig) error {
+	if o.SpinPoll == 0 {
+		o.SpinPoll = 100 * time.Microsecond
+	}
+	for name, d := range map[string]time.Duration{"InitTimeout": o.InitTimeout, "PollInterval": o.PollInterval,
+		"AsyncErrorInterval": o.AsyncErrorInterval, "FinalizeTimeout": o.FinalizeTimeout} {
+		if d < 0 {
+			return fmt.Errorf("%w: nccl: Options.%s is negative (%v)", comm.ErrInvalidArgument, name, d)
+		}
+	}
+	if o.InitTimeout == 0 {
+		o.InitTimeout = cfg.Timeout
+	}
+	if o.InitTimeout == 0 {
+		o.InitTimeout = 5 * time.Minute
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 50 * time.Microsecond
+	}
+	if o.AsyncErrorInterval == 0 {
+		o.AsyncErrorInterval = 10 * time.Millisecond
+	}
+	if o.FinalizeTimeout == 0 {
+		o.FinalizeTimeout = 10 * time.Second
+	}
+	return nil
+}
