@@ -29,7 +29,8 @@
 //	RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK   required (torchrun's names)
 //	RANKTREE_NATS_URL, RANKTREE_JOB                              required unless WithStore
 //	RANKTREE_RESTART_COUNT                                       default 0 (TORCHELASTIC_RESTART_COUNT)
-//	RANKTREE_TIMEOUT                                             store/init-barrier timeout, default 5m
+//	RANKTREE_STORE_TIMEOUT                                       store/init-barrier timeout, default 5m
+//	RANKTREE_TIMEOUT                                             collective default timeout, default 10m (see package supervisor)
 //	RANKTREE_NATS_TOKEN, RANKTREE_NATS_USER, RANKTREE_NATS_PASSWORD,
 //	RANKTREE_NATS_NKEY (seed file), RANKTREE_NATS_CREDS (creds file),
 //	RANKTREE_NATS_TLS_CA, RANKTREE_NATS_TLS_CERT, RANKTREE_NATS_TLS_KEY   optional credentials

@@ -20,7 +20,8 @@ const (
 	EnvNATSURL        = "RANKTREE_NATS_URL"      // control-plane NATS URL (required unless WithStore)
 	EnvJob            = "RANKTREE_JOB"           // job id: KV bucket and event subjects (required unless WithStore)
 	EnvRestartCount   = "RANKTREE_RESTART_COUNT" // 0 for the first attempt, +1 per restart (default 0)
-	EnvTimeout        = "RANKTREE_TIMEOUT"       // store/barrier timeout as a Go duration (default 5m)
+	EnvTimeout        = "RANKTREE_TIMEOUT"       // collective default timeout (read by the supervisor; default 10m)
+	EnvStoreTimeout   = "RANKTREE_STORE_TIMEOUT" // store/init-barrier timeout as a Go duration (default 5m)
 
 	EnvNATSToken    = "RANKTREE_NATS_TOKEN"    // NATS auth token
 	EnvNATSUser     = "RANKTREE_NATS_USER"     // NATS user (with EnvNATSPassword)
@@ -135,10 +136,10 @@ func (c *config) fromEnv(lookup func(string) (string, bool)) error {
 		c.jobSet = true
 	}
 	if !c.timeoutSet {
-		if s, ok := lookup(EnvTimeout); ok && s != "" {
+		if s, ok := lookup(EnvStoreTimeout); ok && s != "" {
 			d, err := time.ParseDuration(s)
 			if err != nil || d <= 0 {
-				return &EnvError{Var: EnvTimeout, Value: s, Msg: "not a positive Go duration (e.g. 5m)"}
+				return &EnvError{Var: EnvStoreTimeout, Value: s, Msg: "not a positive Go duration (e.g. 5m)"}
 			}
 			c.timeout, c.timeoutSet = d, true
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/ranktree/ranktree/store/natsstore"
 )
 
-var allVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvGroupRank, EnvNATSURL, EnvJob, EnvRestartCount, EnvTimeout,
+var allVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvGroupRank, EnvNATSURL, EnvJob, EnvRestartCount, EnvTimeout, EnvStoreTimeout,
 	EnvNATSToken, EnvNATSUser, EnvNATSPassword, EnvNATSNKey, EnvNATSCreds, EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey}
 
 // setEnv clears the whole contract, then sets kv.
@@ -89,7 +89,7 @@ func TestInitBadValues(t *testing.T) {
 		{"WithJob", nil, []Option{WithJob("")}, "WithJob"},
 		{"RANK not int", map[string]string{EnvRank: "abc"}, nil, "not an integer"},
 		{"RANK too big", map[string]string{EnvRank: "1"}, nil, "rank=1"},
-		{"TIMEOUT", map[string]string{EnvTimeout: "soon"}, nil, EnvTimeout},
+		{"STORE_TIMEOUT", map[string]string{EnvStoreTimeout: "soon"}, nil, EnvStoreTimeout}, {"TIMEOUT", map[string]string{EnvTimeout: "soon"}, nil, EnvTimeout},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -183,7 +183,7 @@ func TestInitNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop()
-	setEnv(t, map[string]string{EnvNATSURL: url, EnvJob: "nats-init", EnvRestartCount: "1", EnvNATSToken: "tok", EnvTimeout: "30s"})
+	setEnv(t, map[string]string{EnvNATSURL: url, EnvJob: "nats-init", EnvRestartCount: "1", EnvNATSToken: "tok", EnvStoreTimeout: "30s"})
 	rts, errs := initWorld(t, 2, func(int) []Option { return nil })
 	for r, err := range errs {
 		if err != nil {

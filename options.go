@@ -3,6 +3,7 @@ package ranktree
 import (
 	"fmt"
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/supervisor"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -29,6 +30,7 @@ type config struct {
 	log                *zerolog.Logger
 	creds              credentials
 	backend            comm.BackendFactory // WithBackend (world.go); nil: the CPU engine
+	sup                supervisor.Config   // from the environment, checked first in Init
 }
 
 // credentials are the NATS credential variables (environment only).
@@ -142,7 +144,7 @@ func WithLogger(l zerolog.Logger) Option {
 }
 
 // WithTimeout sets the store timeout and the init barrier's timeout
-// (overrides RANKTREE_TIMEOUT; default 5 min, c10d's store default).
+// (overrides RANKTREE_STORE_TIMEOUT; default 5 min, c10d's store default).
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ranktree/ranktree/supervisor"
 	"os"
 	"sync"
 	"time"
@@ -72,6 +73,17 @@ func Init(ctx context.Context, opts ...Option) (*Runtime, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	// The supervision variables (RANKTREE_TIMEOUT, RANKTREE_ASYNC_ERROR_HANDLING,
+	// ...) are checked before anything connects, so bad values fail fast.
+	sup, err := supervisor.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		var ce *supervisor.ConfigError
+		if errors.As(err, &ce) {
+			return nil, &EnvError{Var: ce.Var, Value: ce.Value, Msg: ce.Msg}
+		}
+		return nil, err
+	}
+	c.sup = sup
 	base := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	if c.log != nil {
 		base = *c.log
@@ -103,7 +115,7 @@ func Init(ctx context.Context, opts ...Option) (*Runtime, error) {
 	}
 	r.st = store.WithPrefix(r.jobStore, fmt.Sprintf("restart/%d/", c.restartCount))
 	start := time.Now()
-	if err := store.Barrier(ctx, r.st, InitBarrierKey, c.rank, c.worldSize, c.timeout); err != nil {
+	if err := store.Barrier(ctx, r.st, r.initBarrierKey(c), c.rank, c.worldSize, c.timeout); err != nil {
 		r.teardownStore()
 		return nil, fmt.Errorf("ranktree: rank %d: init barrier: %w", c.rank, err)
 	}

@@ -125,7 +125,8 @@ const (
 var ErrInvalidConfig = errors.New("supervisor: invalid configuration")
 
 // ConfigError names the variable (or Config field) and value that are
-// invalid. It unwraps to ErrInvalidConfig; ranktree.Init returns it as is.
+// invalid. It unwraps to ErrInvalidConfig; ranktree.Init reports it as a
+// *ranktree.EnvError naming the same variable.
 type ConfigError struct {
 	Var   string // environment variable or Config field
 	Value string

@@ -15,7 +15,7 @@ const (
 	EnvNATSURL        = ranktree.EnvNATSURL        // control-plane NATS URL
 	EnvJob            = ranktree.EnvJob            // job id (KV bucket and event subjects)
 	EnvRestartCount   = ranktree.EnvRestartCount   // 0 for the first attempt, +1 per restart
-	EnvTimeout        = ranktree.EnvTimeout        // collective/store default timeout, Go duration
+	EnvTimeout        = ranktree.EnvTimeout        // collective default timeout, Go duration
 )
 
 // Scheduler variables read by DetectCluster.
