@@ -2,12 +2,12 @@ package ranktree
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -23,7 +23,9 @@ import (
 const EnvTransport = "RANKTREE_TRANSPORT"
 
 // EnvFault injects faults into the CPU engine (see comm.ParseFaults and
-// docs/faults.md), e.g. "hang@rank=1,seq=5". Unset in normal runs.
+// docs/faults.md), e.g. "hang@rank=1,seq=5". Unset in normal runs. A fault
+// applies to every epoch of a matching group: a group re-created by
+// RestartGroup meets it again when its seq counter reaches S.
 const EnvFault = "RANKTREE_FAULT"
 
 // WorldGroupName is the name of the default process group (c10d's default_pg).
@@ -44,18 +46,26 @@ func WithBackend(f comm.BackendFactory) Option {
 
 // groups is the runtime's process-group machinery: the actor system that
 // hosts the communicator actors and the rank's supervision tree, the engine
-// factory, and the groups made so far (for teardown). Written at Init and by
-// createGroup under mu.
+// factory, and the groups made so far (for teardown and restart). system,
+// factory, faults, sup, sv and incarnation are written once at Init; world
+// by Init and RestartGroup; the rest under mu.
 type groups struct {
 	system  *actor.ActorSystem
 	factory comm.BackendFactory
 	faults  []comm.Fault
 	sup     supervisor.Config
 	sv      *supervisor.Rank
-	world   *comm.ProcessGroup
+	world   atomic.Pointer[comm.ProcessGroup]
+	// incarnation counts this process's earlier Inits of the same job and
+	// rank (see restart.go): it is folded into the init barrier key and the
+	// base epoch of every group, so keys of an earlier Init are never read.
+	incarnation uint32
 
-	mu    sync.Mutex
-	comms []*supervisedLauncher
+	mu      sync.Mutex
+	closing bool                           // Close began: no new groups
+	comms   []*supervisedLauncher          // live communicators, oldest first
+	current map[string]*supervisedLauncher // group name → its live communicator
+	epochs  map[string]uint32              // group name → last epoch used
 }
 
 // supervisedLauncher is a group's communicator actor as the ProcessGroup
@@ -63,10 +73,16 @@ type groups struct {
 // wait (RANKTREE_BLOCKING_WAIT) every Work gets its deadline.
 type supervisedLauncher struct {
 	*actors.Communicator
+	rt       *Runtime
 	sv       *supervisor.Rank
 	group    string
+	epoch    uint32
 	rank     int
 	blocking bool
+
+	last      atomic.Pointer[comm.Work] // the last Work submitted (teardown's grace waits for it)
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Submit implements comm.Launcher.
@@ -78,15 +94,16 @@ func (l *supervisedLauncher) Submit(op *comm.Op, w *comm.Work) {
 			return &comm.TimeoutError{Rank: l.rank, FP: fp, Group: l.group, Timeout: timeout, Elapsed: elapsed}
 		})
 	}
+	l.last.Store(w)
 	l.Communicator.Submit(op, w)
 }
 
-// Close implements comm.Launcher: it closes the communicator, then stops
-// watching the group.
+// Close implements comm.Launcher (ProcessGroup.Destroy): it gives in-flight
+// ops CloseGrace to finish, then closes the communicator within
+// closeCommBound and stops watching the group (see teardown.go).
+// Idempotent.
 func (l *supervisedLauncher) Close(ctx context.Context) error {
-	err := l.Communicator.Close(ctx)
-	l.sv.DetachGroup(l.group)
-	return err
+	return l.closeBy(ctx, time.Now().Add(CloseGrace))
 }
 
 // initGroups creates the actor system and the default process group over
@@ -104,11 +121,9 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 		}
 		g.faults = faults
 	}
-	sup, err := supervisor.ConfigFromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
+	sup := c.sup
 	g.sup = sup
+	var err error
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	g.system = actor.NewActorSystemWithConfig(actor.Configure(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet })))
@@ -131,21 +146,23 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 		g.system.Shutdown()
 		return err
 	}
-	g.world = world
+	g.world.Store(world)
 	r.onClose(r.closeGroups)
 	return nil
 }
 
 // World is the default process group: every rank of the job, group rank =
-// global rank (torch.distributed's default group / group.WORLD).
-func (r *Runtime) World() *comm.ProcessGroup { return r.grp.world }
+// global rank (torch.distributed's default group / group.WORLD). After
+// RestartGroup(World()) it is the restarted group.
+func (r *Runtime) World() *comm.ProcessGroup { return r.grp.world.Load() }
 
 // NewGroup creates a process group of the given global ranks. Every rank of
 // the job must call it, in the same order; non-members get a group whose
 // Rank is -1 (torch.distributed.new_group). Errors: an error wrapping
-// comm.ErrInvalidArgument for bad ranks; engine connection errors.
+// comm.ErrInvalidArgument for bad ranks; comm.ErrClosed after Close;
+// engine connection errors.
 func (r *Runtime) NewGroup(ctx context.Context, ranks []int, opts ...comm.GroupOption) (*comm.ProcessGroup, error) {
-	return r.grp.world.NewGroup(ctx, ranks, opts...)
+	return r.World().NewGroup(ctx, ranks, opts...)
 }
 
 // groupFactory adapts Runtime to comm.GroupFactory without exporting the method.
@@ -155,19 +172,44 @@ func (f groupFactory) CreateGroup(ctx context.Context, spec comm.GroupSpec) (*co
 	return f.r.createGroup(ctx, spec)
 }
 
-// createGroup connects an engine for spec, wraps it in a communicator actor
-// and returns the process group.
+// createGroup creates a new group (Init, NewGroup, Split) under the next
+// epoch for its name: the incarnation's base epoch the first time, one more
+// than the last otherwise, so that a name used again never meets the store
+// keys of its earlier communicator.
 func (r *Runtime) createGroup(ctx context.Context, spec comm.GroupSpec) (*comm.ProcessGroup, error) {
 	g := &r.grp
-	log := r.log.With().Str("group", spec.Name).Logger()
-	const epoch = 0
+	g.mu.Lock()
+	epoch := baseEpoch(g.incarnation)
+	if e, ok := g.epochs[spec.Name]; ok {
+		epoch = e + 1
+	}
+	g.mu.Unlock()
+	return r.createGroupAt(ctx, spec, epoch)
+}
+
+// createGroupAt connects an engine for spec under epoch, puts it under
+// supervision, wraps it in a communicator actor and returns the process
+// group. Errors: comm.ErrClosed once Close began; engine connection errors.
+func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch uint32) (*comm.ProcessGroup, error) {
+	g := &r.grp
+	g.mu.Lock()
+	if g.closing {
+		g.mu.Unlock()
+		return nil, fmt.Errorf("ranktree: rank %d: creating group %q: %w: the runtime is closed", r.rank, spec.Name, comm.ErrClosed)
+	}
+	if g.epochs == nil {
+		g.epochs, g.current = map[string]uint32{}, map[string]*supervisedLauncher{}
+	}
+	g.epochs[spec.Name] = max(g.epochs[spec.Name], epoch)
+	g.mu.Unlock()
+	log := r.log.With().Str("group", spec.Name).Uint32("epoch", epoch).Logger()
 	be, err := g.factory(ctx, comm.BackendConfig{
 		Group: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks),
 		GlobalRanks: spec.GlobalRanks, Store: r.st, Device: -1, Timeout: r.timeout,
 		Faults: g.faults, Log: log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ranktree: rank %d: connecting group %q: %w", r.rank, spec.Name, err)
+		return nil, fmt.Errorf("ranktree: rank %d: connecting group %q (epoch %d): %w", r.rank, spec.Name, epoch, err)
 	}
 	if spec.Timeout <= 0 {
 		spec.Timeout = g.sup.Timeout
@@ -180,7 +222,7 @@ func (r *Runtime) createGroup(ctx context.Context, spec comm.GroupSpec) (*comm.P
 		be.Close()
 		return nil, err
 	}
-	l := &supervisedLauncher{Communicator: cm, sv: g.sv, group: spec.Name, rank: r.rank, blocking: g.sup.BlockingWait}
+	l := &supervisedLauncher{Communicator: cm, rt: r, sv: g.sv, group: spec.Name, epoch: epoch, rank: r.rank, blocking: g.sup.BlockingWait}
 	pg, err := comm.NewProcessGroup(comm.GroupConfig{
 		Name: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
 		Launcher: l, Engine: be.Name(), Factory: groupFactory{r}, Timeout: spec.Timeout, Log: r.log,
@@ -190,28 +232,16 @@ func (r *Runtime) createGroup(ctx context.Context, spec comm.GroupSpec) (*comm.P
 		return nil, err
 	}
 	g.mu.Lock()
-	g.comms = append(g.comms, l)
+	closing := g.closing
+	if !closing {
+		g.comms = append(g.comms, l)
+		g.current[spec.Name] = l
+	}
 	g.mu.Unlock()
+	if closing { // Close began while the engine connected
+		_ = pg.Destroy(ctx)
+		return nil, fmt.Errorf("ranktree: rank %d: creating group %q: %w: the runtime is closed", r.rank, spec.Name, comm.ErrClosed)
+	}
 	log.Debug().Str("engine", be.Name()).Ints("ranks", spec.GlobalRanks).Msg("process group created")
 	return pg, nil
-}
-
-// closeGroups closes every communicator (newest first) and the actor system.
-func (r *Runtime) closeGroups(ctx context.Context) error {
-	g := &r.grp
-	g.mu.Lock()
-	comms := g.comms
-	g.comms = nil
-	g.mu.Unlock()
-	var errs []error
-	for i := len(comms) - 1; i >= 0; i-- {
-		if err := comms[i].Close(ctx); err != nil && !errors.Is(err, comm.ErrClosed) {
-			errs = append(errs, err)
-		}
-	}
-	if err := g.sv.Close(2 * time.Second); err != nil {
-		errs = append(errs, err)
-	}
-	g.system.Shutdown()
-	return errors.Join(errs...)
 }
