@@ -141,3 +141,56 @@ func TestAllReduceLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestAllReduceC10dForms checks c10d's closed forms: with the source rank
+// holding 2 and the others 10, Sum = 2+10(n−1), Product = 2·10^(n−1),
+// Min = 2, Max = 10; and rank+1 summed is n(n+1)/2.
+func TestAllReduceC10dForms(t *testing.T) {
+	forEachGroup(t, Options{}, func(t *testing.T, g *group) {
+		n := len(g.engines)
+		pow := 1.0
+		for range n - 1 {
+			pow *= 10
+		}
+		for _, dt := range []comm.DType{comm.Float32, comm.Int64} {
+			for src := range n {
+				for _, c := range []struct {
+					red  comm.ReduceOp
+					want float64
+				}{{comm.Sum, 2 + 10*float64(n-1)}, {comm.Product, 2 * pow}, {comm.Min, 2}, {comm.Max, 10}} {
+					if n == 1 && c.red == comm.Max {
+						c.want = 2
+					}
+					bufs := make([]comm.Buffer, n)
+					for r := range n {
+						v := 10.0
+						if r == src {
+							v = 2
+						}
+						bufs[r] = filled(dt, 5, v)
+					}
+					g.mustRun("c10d form", func(r int, fp fpFunc) *comm.Op {
+						return &comm.Op{FP: fp(comm.OpAllReduce, dt, 5, -1, c.red), Type: comm.OpAllReduce, Reduce: c.red, In: []comm.Buffer{bufs[r]}}
+					})
+					for r := range n {
+						if got := getF(bufs[r], 4); got != c.want {
+							t.Fatalf("%v %v src %d: rank %d got %v, want %v", dt, c.red, src, r, got, c.want)
+						}
+					}
+				}
+			}
+			bufs := make([]comm.Buffer, n)
+			for r := range n {
+				bufs[r] = filled(dt, 3, float64(r+1))
+			}
+			g.mustRun("rank+1", func(r int, fp fpFunc) *comm.Op {
+				return &comm.Op{FP: fp(comm.OpAllReduce, dt, 3, -1, comm.Sum), Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[r]}}
+			})
+			for r := range n {
+				if got := getF(bufs[r], 2); got != float64(n*(n+1)/2) {
+					t.Fatalf("rank+1 summed: rank %d got %v, want %d", r, got, n*(n+1)/2)
+				}
+			}
+		}
+	})
+}

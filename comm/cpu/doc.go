@@ -9,8 +9,9 @@
 //     ordered queue drained by one progress goroutine.
 //   - rendezvous.go: addresses and the job secret through the store,
 //     authenticated TCP handshakes, shm segment set-up.
-//   - link.go, tcp.go, shm.go: the transport interface (link) and its two
-//     implementations; header.go: the 64-byte wire header.
+//   - link.go, tcp.go, shm.go, inmem.go: the transport interface (link) and
+//     its implementations (inmem: the shm rings over Go memory, for ranks
+//     as goroutines of one process); header.go: the 64-byte wire header.
 //   - mesh.go, p2p.go: Mesh, the interface every algorithm is written
 //     against (Gloo's pairs): ordered, fingerprinted messages per peer.
 //   - exec.go: lowers a comm.Op (flat or list buffers, V-variants, Avg,
@@ -30,7 +31,9 @@
 //     fingerprints (comm.ProcessGroup and the communicator actor do this).
 //     The engine checks the fingerprint of every message: a rank that gets
 //     another op's data fails with *comm.MismatchError and tells its peers,
-//     which fail too.
+//     which fail too (a peer that only sends in that op, such as a
+//     broadcast root, may complete it first; its next op then fails and
+//     AsyncError reports the mismatch).
 //  3. Keep an op's buffers untouched until its Work completes.
 //  4. After any error other than bad input, treat the communicator as broken
 //     (AsyncError reports it; later ops fail with the same error): Abort or

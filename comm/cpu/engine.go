@@ -91,6 +91,7 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
 	e.ctl.onNotice = e.onNotice
+	e.ctl.fatal = e.fatal.get
 	var links []link
 	var err error
 	if opts.Transport == TransportInmem {
@@ -264,19 +265,14 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 	if err := e.fatal.get(); err != nil {
 		return err
 	}
-	w.MarkStarted()
 	if err := e.injectFault(op); err != nil {
 		return err
 	}
-	var err error
-	if op.Type == comm.OpCoalesced {
-		err = e.execCoalesced(op, w)
-	} else {
-		err = e.exec(op, w)
+	w.MarkStarted()
+	if err := e.validate(op); err != nil {
+		return err
 	}
-	if err == nil {
-		err = e.mesh.Flush()
-	}
+	err := e.execSafe(op, w)
 	if err == nil {
 		return nil
 	}
@@ -294,6 +290,26 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 	// Anything else (a kernel argument error) is a bug: report it as an
 	// engine error naming the op.
 	return &comm.EngineError{Engine: "cpu", Rank: e.cfg.Rank, FP: op.FP, Msg: err.Error()}
+}
+
+// execSafe executes op and flushes its sends. A panic (a bug, or buffers
+// that do not match the op's counts) becomes an *comm.EngineError instead
+// of taking the process down; the communicator is then broken.
+func (e *Engine) execSafe(op *comm.Op, w *comm.Work) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &comm.EngineError{Engine: "cpu", Rank: e.cfg.Rank, FP: op.FP, Msg: fmt.Sprintf("internal error: %v", p)}
+		}
+	}()
+	if op.Type == comm.OpCoalesced {
+		err = e.execCoalesced(op, w)
+	} else {
+		err = e.exec(op, w)
+	}
+	if err == nil {
+		err = e.mesh.Flush()
+	}
+	return err
 }
 
 // globalRank maps a group rank to the job's global rank.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -185,14 +187,15 @@ func TestCoalescedCollectives(t *testing.T) {
 // and the error describes both sides.
 func TestMismatch(t *testing.T) {
 	for _, tr := range testTransports {
-		for _, n := range []int{2, 3} {
-			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
-				g := newGroup(t, n, Options{Transport: tr})
+		for _, c := range []struct{ n, count int }{{2, 1024}, {3, 1024}, {2, 1 << 20}, {4, 1 << 20}} {
+			n, count := c.n, c.count
+			t.Run(fmt.Sprintf("%s/n=%d/count=%d", tr, n, count), func(t *testing.T) {
+				g := newGroup(t, n, Options{Transport: tr, ShmRingBytes: 64 << 10})
 				works := make([]*comm.Work, n)
 				start := time.Now()
 				for r, e := range g.engines {
-					buf := comm.NewHostBuffer(comm.Float32, 1024)
-					fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 7, DType: comm.Float32, Count: 1024, Root: -1}
+					buf := comm.NewHostBuffer(comm.Float32, count)
+					fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 7, DType: comm.Float32, Count: int64(count), Root: -1}
 					op := &comm.Op{Type: comm.OpBroadcast, Root: 0, In: []comm.Buffer{buf}}
 					if r == 0 {
 						op.Type, op.Reduce, fp.RedOp = comm.OpAllReduce, comm.Sum, comm.RedSum
@@ -209,7 +212,7 @@ func TestMismatch(t *testing.T) {
 						t.Fatalf("rank %d: got %v, want ErrMismatch", r, err)
 					}
 					var me *comm.MismatchError
-					if !errors.As(err, &me) || !strings.Contains(err.Error(), "AllReduce(float32×1024") || !strings.Contains(err.Error(), "Broadcast(float32×1024, root 0)") {
+					if !errors.As(err, &me) || !strings.Contains(err.Error(), fmt.Sprintf("AllReduce(float32×%d", count)) || !strings.Contains(err.Error(), fmt.Sprintf("Broadcast(float32×%d, root 0)", count)) {
 						t.Fatalf("rank %d: error does not describe both sides: %v", r, err)
 					}
 				}
@@ -225,9 +228,10 @@ func TestMismatch(t *testing.T) {
 	}
 }
 
-// TestAbortLargeAllReduce: Abort during a 256 MiB allreduce makes both
-// ranks' Works fail with ErrAborted promptly (goal 100 ms; the bound is
-// generous for a loaded machine), and later launches fail at once.
+// TestAbortLargeAllReduce: Abort during a 256 MiB allreduce fails the
+// aborted rank's Work with ErrAborted promptly (goal 100 ms; the bound is
+// generous for a loaded machine), its peer's with a TransportError (the
+// aborted rank closed its connections), and later launches fail at once.
 func TestAbortLargeAllReduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("256 MiB buffers")
@@ -243,21 +247,26 @@ func TestAbortLargeAllReduce(t *testing.T) {
 				works[r] = launch(e, &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
 			}
 			time.Sleep(30 * time.Millisecond)
+			if works[0].IsCompleted() {
+				t.Fatalf("allreduce finished before the abort: %v", works[0].Err())
+			}
 			start := time.Now()
 			reason := errors.New("test abort")
-			for _, e := range g.engines {
-				e.Abort(reason)
-			}
-			for r, w := range works {
-				err := waitT(t, w, 5*time.Second)
-				if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) {
-					t.Fatalf("rank %d: got %v, want ErrAborted", r, err)
-				}
-			}
+			g.engines[0].Abort(reason)
+			err := waitT(t, works[0], 5*time.Second)
 			el := time.Since(start)
-			t.Logf("%s: abort returned after %v", tr, el)
-			if el > time.Second {
-				t.Fatalf("abort took %v (goal 100 ms)", el)
+			if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) {
+				t.Fatalf("aborted rank: got %v, want ErrAborted", err)
+			}
+			err = waitT(t, works[1], 5*time.Second)
+			elPeer := time.Since(start)
+			var te *comm.TransportError
+			if !errors.As(err, &te) || te.Peer != 0 {
+				t.Fatalf("peer: got %v, want a TransportError naming rank 0", err)
+			}
+			t.Logf("%s: aborted rank returned after %v, its peer after %v", tr, el, elPeer)
+			if el > time.Second || elPeer > time.Second {
+				t.Fatalf("abort took %v / %v (goal 100 ms)", el, elPeer)
 			}
 			w := launch(g.engines[0], &comm.Op{FP: comm.Fingerprint{Seq: 2, Op: comm.OpBarrier}, Type: comm.OpBarrier})
 			if err := waitT(t, w, time.Second); !errors.Is(err, comm.ErrAborted) {
@@ -372,4 +381,134 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestValidateOp: malformed descriptors fail with ErrInvalidArgument
+// before anything is sent, and do not break the communicator.
+func TestValidateOp(t *testing.T) {
+	g := newGroup(t, 2, Options{Transport: TransportInmem})
+	e := g.engines[0]
+	buf := comm.NewHostBuffer(comm.Float32, 4)
+	for _, op := range []*comm.Op{
+		{Type: comm.OpSend, Peer: 0, In: []comm.Buffer{buf}},
+		{Type: comm.OpRecv, Peer: 5, Out: []comm.Buffer{buf}},
+		{Type: comm.OpBroadcast, Root: 2, In: []comm.Buffer{buf}},
+		{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{comm.DeviceBuffer(0x1000, 4, comm.Float32, 0, 0)}},
+		{Type: comm.OpAllGatherV, In: []comm.Buffer{buf}, Out: []comm.Buffer{buf}, RecvCounts: []int{4}},
+		{Type: comm.OpAllReduce},
+	} {
+		err := waitT(t, launch(e, op), 5*time.Second)
+		if !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Fatalf("%v: got %v, want ErrInvalidArgument", op.Type, err)
+		}
+	}
+	if err := e.AsyncError(); err != nil {
+		t.Fatalf("AsyncError after bad input: %v", err)
+	}
+	checkAllReduce(t, g, comm.Float32, comm.Sum, 3)
+}
+
+// TestShmSegmentsUnlinked: shm segments are unlinked as soon as both ranks
+// mapped them, so a crash leaves nothing in ShmDir.
+func TestShmSegmentsUnlinked(t *testing.T) {
+	dir := t.TempDir()
+	g := newGroup(t, 3, Options{Transport: TransportSHM, ShmDir: dir})
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 0 {
+		t.Fatalf("%d files left in %s", len(ents), dir)
+	}
+	if len(g.engines[0].shms) != 2 {
+		t.Fatalf("rank 0 has %d shm links, want 2", len(g.engines[0].shms))
+	}
+	checkAllReduce(t, g, comm.Float64, comm.Max, 1000)
+}
+
+// TestAutoTransport picks shm for peers with the same HostID and tcp for
+// others.
+func TestAutoTransport(t *testing.T) {
+	st := store.NewMemStore()
+	engines := make([]*Engine, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			host := "A"
+			if r == 2 {
+				host = "B"
+			}
+			var err error
+			engines[r], err = New(context.Background(), comm.BackendConfig{Group: "g", Rank: r, Size: 3, Store: st, Device: -1, Log: zerolog.Nop()}, Options{HostID: host})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	g := &group{t: t, name: "g", engines: engines}
+	t.Cleanup(func() {
+		for _, e := range engines {
+			_ = e.Close()
+		}
+	})
+	if _, ok := engines[0].links[1].(*shmLink); !ok {
+		t.Fatalf("ranks 0 and 1 (same host) do not use shm")
+	}
+	if _, ok := engines[0].links[2].(*tcpLink); !ok {
+		t.Fatalf("ranks 0 and 2 (different hosts) do not use tcp")
+	}
+	checkAllReduce(t, g, comm.Float32, comm.Sum, 100_000)
+}
+
+// TestCloseReleases: Close stops every goroutine the engines started, and
+// ops launched after Close fail with ErrClosed.
+func TestCloseReleases(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for _, tr := range testTransports {
+		g := newGroup(t, 3, Options{Transport: tr})
+		checkAllReduce(t, g, comm.Int32, comm.Sum, 1000)
+		for _, e := range g.engines {
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			_ = e.Close() // idempotent
+		}
+		w := launch(g.engines[1], &comm.Op{FP: comm.Fingerprint{Seq: 9, Op: comm.OpBarrier}, Type: comm.OpBarrier})
+		if err := waitT(t, w, time.Second); !errors.Is(err, comm.ErrClosed) {
+			t.Fatalf("%s: launch after Close: %v", tr, err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before+2 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines before, %d after Close:\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFaultHang: an injected "hang" blocks the op at its seq until Abort.
+func TestFaultHang(t *testing.T) {
+	e, err := New(context.Background(), comm.BackendConfig{Group: "g", Rank: 0, Size: 1, Device: -1,
+		Faults: []comm.Fault{{Kind: comm.FaultHang, Rank: 0, Seq: 3, Group: "g"}}, Log: zerolog.Nop()}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	barrier := func(seq uint64) *comm.Work {
+		return launch(e, &comm.Op{FP: comm.Fingerprint{Seq: seq, Op: comm.OpBarrier}, Type: comm.OpBarrier})
+	}
+	if err := waitT(t, barrier(2), 5*time.Second); err != nil {
+		t.Fatalf("seq 2: %v", err)
+	}
+	w := barrier(3)
+	time.Sleep(100 * time.Millisecond)
+	if w.IsCompleted() {
+		t.Fatalf("seq 3 completed despite the hang fault: %v", w.Err())
+	}
+	e.Abort(errors.New("watchdog"))
+	if err := waitT(t, w, 5*time.Second); !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("got %v, want ErrAborted", err)
+	}
 }

@@ -17,7 +17,11 @@ func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
 	case comm.OpAllReduce:
 		return e.allReduce(op)
 	case comm.OpBroadcast:
-		return broadcastTree(m, op.In[0].Bytes(), op.Root)
+		buf := op.In[0].Bytes()
+		if n > 2 && len(buf) >= e.opts.RingThreshold {
+			return broadcastScatterAllGather(m, buf, op.Root)
+		}
+		return broadcastTree(m, buf, op.Root)
 	case comm.OpReduce:
 		return e.reduce(op)
 	case comm.OpAllGather, comm.OpAllGatherV:
@@ -279,4 +283,75 @@ func (e *Engine) scratch(n int) []byte {
 		e.scratchBuf = make([]byte, n)
 	}
 	return e.scratchBuf[:n]
+}
+
+// validate rejects an op the engine cannot run before anything is sent:
+// device buffers, a root or peer outside the group, a Send/Recv to itself,
+// split lists of the wrong length. ProcessGroup validates user input; this
+// guards the engine against a malformed descriptor. The error is a
+// *comm.ArgError (comm.ErrInvalidArgument).
+func (e *Engine) validate(op *comm.Op) error {
+	n, r := e.cfg.Size, e.cfg.Rank
+	bad := func(format string, a ...any) error {
+		return &comm.ArgError{Op: op.Type, Group: e.cfg.Group, Rank: r, Msg: "cpu engine: " + fmt.Sprintf(format, a...)}
+	}
+	for _, set := range [][]comm.Buffer{op.In, op.Out} {
+		for _, b := range set {
+			if !b.Valid() || !b.IsHost() {
+				return bad("buffer %v is not a valid host buffer", b)
+			}
+		}
+	}
+	need := func(bufs []comm.Buffer, what string) error {
+		if len(bufs) == 0 {
+			return bad("missing %s buffer", what)
+		}
+		return nil
+	}
+	switch op.Type {
+	case comm.OpAllReduce, comm.OpBroadcast, comm.OpReduce, comm.OpAllGather, comm.OpAllGatherV, comm.OpGather:
+		if err := need(op.In, "input"); err != nil {
+			return err
+		}
+	case comm.OpReduceScatter, comm.OpReduceScatterV, comm.OpScatter:
+		if err := need(op.Out, "output"); err != nil {
+			return err
+		}
+	case comm.OpSend:
+		if err := need(op.In, "input"); err != nil {
+			return err
+		}
+	case comm.OpRecv:
+		if err := need(op.Out, "output"); err != nil {
+			return err
+		}
+	case comm.OpCoalesced:
+		for _, c := range op.Children {
+			if err := e.validate(c); err != nil {
+				return err
+			}
+		}
+	}
+	switch op.Type {
+	case comm.OpBroadcast, comm.OpReduce, comm.OpGather, comm.OpScatter:
+		if op.Root < 0 || op.Root >= n {
+			return bad("root %d outside group of size %d", op.Root, n)
+		}
+	case comm.OpSend, comm.OpRecv:
+		if op.Peer == r || op.Peer >= n || op.Peer < 0 && !(op.Type == comm.OpRecv && op.Peer == comm.AnySource) {
+			return bad("invalid peer %d for rank %d of %d", op.Peer, r, n)
+		}
+		if op.Peer == comm.AnySource && n == 1 {
+			return bad("any-source receive in a group of one rank")
+		}
+	case comm.OpAllGatherV, comm.OpReduceScatterV:
+		if len(op.RecvCounts) != n {
+			return bad("%d counts for %d ranks", len(op.RecvCounts), n)
+		}
+	case comm.OpAllToAll:
+		if (op.SendCounts != nil && len(op.SendCounts) != n) || (op.RecvCounts != nil && len(op.RecvCounts) != n) {
+			return bad("split lists of lengths %d and %d for %d ranks", len(op.SendCounts), len(op.RecvCounts), n)
+		}
+	}
+	return nil
 }

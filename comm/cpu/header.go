@@ -28,6 +28,9 @@ const (
 	// kindNotice tells the receiver that the sender found a mismatch; its
 	// payload is the header the sender received (the offending side).
 	kindNotice
+	// kindWake (control connection of an shm pair, no payload) wakes a
+	// rank that went to sleep waiting on its rings.
+	kindWake
 )
 
 // header is the fixed 64-byte prefix of every message. Layout (little endian):
@@ -94,7 +97,7 @@ func decodeHeader(b []byte) (header, error) {
 		return h, fmt.Errorf("%w: version %d, want %d", errBadHeader, b[2], headerVersion)
 	}
 	h.Kind = msgKind(b[3])
-	if h.Kind < kindColl || h.Kind > kindNotice {
+	if h.Kind < kindColl || h.Kind > kindWake {
 		return h, fmt.Errorf("%w: unknown kind %d", errBadHeader, b[3])
 	}
 	sender := le.Uint32(b[4:])
@@ -130,6 +133,9 @@ func decodeHeader(b []byte) (header, error) {
 	}
 	if h.Kind == kindNotice && h.Len != headerSize {
 		return h, fmt.Errorf("%w: notice payload %d bytes, want %d", errBadHeader, h.Len, headerSize)
+	}
+	if h.Kind == kindWake && h.Len != 0 {
+		return h, fmt.Errorf("%w: wake with a %d-byte payload", errBadHeader, h.Len)
 	}
 	return h, nil
 }

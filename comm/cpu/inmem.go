@@ -77,6 +77,8 @@ func (c *inmemCtrl) notice(h, off *header) {
 	peer.poke()
 }
 
+func (c *inmemCtrl) wakePeer() { c.pair.ends[1-c.side].poke() }
+
 func (c *inmemCtrl) close() {
 	if c.pair.ends[c.side].closed.Swap(true) {
 		return

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -64,6 +65,13 @@ type ctl struct {
 	// mismatch notice: h is the notice (the peer's own op), off the header
 	// the peer had received.
 	onNotice func(peer int, h, off header)
+	// fatal is the engine's recorded fatal error (a peer's notice), checked
+	// by waits that could otherwise outlive a broken op.
+	fatal func() error
+	// yieldOS is set when some shm peer is another process: waits then
+	// also yield the OS thread, so that the peer can run on an
+	// oversubscribed machine.
+	yieldOS bool
 	// pumps are the shm links with a send queue; pumpAll drives them
 	// (progress goroutine only).
 	pumps []*shmLink
@@ -81,7 +89,7 @@ func (c *ctl) pumpAll() bool {
 }
 
 func newCtl() *ctl {
-	return &ctl{stop: make(chan struct{}), notify: make(chan struct{}, 1)}
+	return &ctl{stop: make(chan struct{}), notify: make(chan struct{}, 1), fatal: func() error { return nil }}
 }
 
 // poke wakes the progress goroutine if it waits on notify.
@@ -99,6 +107,7 @@ func (c *ctl) poke() {
 type backoff struct {
 	n     int
 	sleep time.Duration
+	armed bool // asleep flags raised, next pause blocks
 }
 
 const (
@@ -117,8 +126,23 @@ func (b *backoff) pause(c *ctl) error {
 	case b.n < spinIters:
 		// busy spin: re-check immediately
 	case b.n < spinIters+yieldIters:
+		// Let other goroutines of this process run, then other processes
+		// (the peer rank, on an oversubscribed machine): spinning alone
+		// would hold the core the peer needs to make progress.
 		runtime.Gosched()
+		if c.yieldOS {
+			osYield()
+		}
 	default:
+		// Sleep in two calls: first raise the asleep flags and return, so
+		// that the caller polls once more (a peer that moved a ring
+		// counter before seeing the flag is not missed); then block until
+		// a peer wakes us (ctl.notify), a timer fires or the engine stops.
+		if !b.armed {
+			c.setAsleep(1)
+			b.armed = true
+			return nil
+		}
 		if b.sleep == 0 {
 			b.sleep = 20 * time.Microsecond
 		} else if b.sleep < maxSleep {
@@ -127,13 +151,28 @@ func (b *backoff) pause(c *ctl) error {
 		t := time.NewTimer(b.sleep)
 		select {
 		case <-t.C:
+		case <-c.notify:
+			t.Stop()
 		case <-c.stop:
 			t.Stop()
 			return errStopped
 		}
+		c.setAsleep(0)
+		b.armed = false
 	}
 	return nil
 }
 
+// setAsleep raises or clears this rank's asleep flag on every shm link.
+func (c *ctl) setAsleep(v uint32) {
+	for _, s := range c.pumps {
+		s.mySleep.Store(v)
+	}
+}
+
+// osYield gives up the processor to other threads and processes
+// (sched_yield(2)).
+func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
 // reset restarts the spin phase after progress was made.
-func (b *backoff) reset() { b.n, b.sleep = 0, 0 }
+func (b *backoff) reset() { b.n, b.sleep, b.armed = 0, 0, false }

@@ -89,6 +89,9 @@ func (m *mesh) transportErr(peer int, err error) error {
 	if errors.Is(err, errStopped) {
 		return errStopped
 	}
+	if errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrEngine) {
+		return err // a peer's notice seen while waiting on this link
+	}
 	var te *comm.TransportError
 	if errors.As(err, &te) {
 		return err
@@ -168,6 +171,10 @@ func (m *mesh) stashMsg(peer int, h header) error {
 func (m *mesh) checkColl(peer, step, n int, h header) error {
 	if h.FP != m.cur.fp {
 		return m.mismatch(peer, h)
+	}
+	if h.Sender != peer {
+		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,
+			Msg: fmt.Sprintf("protocol error: message on the link to rank %d claims sender %d", peer, h.Sender)}
 	}
 	if int(h.Step) != step || h.Len != uint64(n) {
 		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -31,6 +32,7 @@ func (e *Engine) rankKey(r int) string {
 type peerInfo struct {
 	Addr string `json:"addr"`
 	Host string `json:"host"`
+	PID  int    `json:"pid"`
 }
 
 // handshake wire constants.
@@ -70,7 +72,7 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 	}
 	e.ln = ln
 	port := ln.Addr().(*net.TCPAddr).Port
-	me := peerInfo{Addr: net.JoinHostPort(e.opts.AdvertiseHost, strconv.Itoa(port)), Host: e.opts.HostID}
+	me := peerInfo{Addr: net.JoinHostPort(e.opts.AdvertiseHost, strconv.Itoa(port)), Host: e.opts.HostID, PID: os.Getpid()}
 	b, _ := json.Marshal(me)
 	if err := st.Set(ctx, e.rankKey(e.cfg.Rank), b); err != nil {
 		return nil, fmt.Errorf("cpu: publishing rank %d address: %w", e.cfg.Rank, err)
@@ -137,10 +139,13 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: first, Err: fmt.Errorf("rendezvous: rank %d did not connect: %w", first, ctx.Err())}
 		}
 	}
-	for _, l := range links {
+	for p, l := range links {
 		if s, ok := l.(*shmLink); ok {
 			e.shms = append(e.shms, s)
 			e.ctl.pumps = append(e.ctl.pumps, s)
+			if infos[p].PID != os.Getpid() {
+				e.ctl.yieldOS = true
+			}
 		}
 	}
 	return links, nil

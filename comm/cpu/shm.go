@@ -19,6 +19,7 @@ import (
 //	128  ring 0 head (u64, written by the higher rank)
 //	256  ring 1 tail (u64, written by the higher rank)  ring 1: higher → lower
 //	384  ring 1 head (u64, written by the lower rank)
+//	512  lower rank asleep (u32)   640  higher rank asleep (u32)
 //	4096 ring 0 data (R bytes), then ring 1 data (R bytes)
 //
 // Head and tail are running byte counts (never wrapped); producer and
@@ -59,6 +60,11 @@ type shmLink struct {
 	ctrl control
 
 	cur *header // polled, not yet read (progress goroutine only)
+
+	// mySleep is set while this rank sleeps on its rings; peerSleep while
+	// the peer does. Whoever moves a ring counter clears the other's flag
+	// and wakes it through the control channel.
+	mySleep, peerSleep *atomic.Uint32
 
 	q    []*shmJob // queued sends, oldest first (progress goroutine only)
 	werr error     // the peer died while we had sends queued
@@ -134,13 +140,23 @@ func ringsOver(mem []byte, ringBytes int, creator bool) *shmLink {
 	R := uint64(ringBytes)
 	r0 := shmRing{tail: u64(0), head: u64(128), data: mem[shmDataOff : shmDataOff+ringBytes], size: R}
 	r1 := shmRing{tail: u64(256), head: u64(384), data: mem[shmDataOff+ringBytes : shmDataOff+2*ringBytes], size: R}
+	u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
 	s := &shmLink{mem: mem}
 	if creator {
 		s.tx, s.rx = r0, r1
+		s.mySleep, s.peerSleep = u32(512), u32(640)
 	} else {
 		s.tx, s.rx = r1, r0
+		s.mySleep, s.peerSleep = u32(640), u32(512)
 	}
 	return s
+}
+
+// nudge wakes the peer if it sleeps on its rings (after a counter moved).
+func (s *shmLink) nudge() {
+	if s.peerSleep.Load() != 0 && s.peerSleep.CompareAndSwap(1, 0) {
+		s.ctrl.wakePeer()
+	}
 }
 
 // control is the side channel of a ring link: it reports a dead peer and
@@ -149,6 +165,7 @@ func ringsOver(mem []byte, ringBytes int, creator bool) *shmLink {
 type control interface {
 	readErr() error
 	notice(h, off *header)
+	wakePeer()
 	close()
 }
 
@@ -205,6 +222,7 @@ func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
 		j.pos += n
 		r.local += n
 		r.tail.Store(r.local)
+		s.nudge()
 		progressed = true
 	}
 	return true, progressed
@@ -257,6 +275,9 @@ func (s *shmLink) flush() error {
 			s.q = nil
 			return s.werr
 		}
+		if err := s.ctl.fatal(); err != nil {
+			return err
+		}
 		if err := b.pause(s.ctl); err != nil {
 			return err
 		}
@@ -284,6 +305,7 @@ func (s *shmLink) poll() (header, bool, error) {
 	copy(hb[k:], r.data)
 	r.local += headerSize
 	r.head.Store(r.local)
+	s.nudge()
 	h, err := decodeHeader(hb[:])
 	if err != nil {
 		return header{}, false, fmt.Errorf("shm ring from rank %d: %w", s.peer, err)
@@ -307,6 +329,9 @@ func (s *shmLink) read(h *header, sk sink) error {
 			if err := s.peerErr(); err != nil {
 				return err
 			}
+			if err := s.ctl.fatal(); err != nil {
+				return err
+			}
 			if err := b.pause(s.ctl); err != nil {
 				return err
 			}
@@ -324,6 +349,7 @@ func (s *shmLink) read(h *header, sk sink) error {
 		got += n
 		r.local += n
 		r.head.Store(r.local)
+		s.nudge()
 		if s.ctl.stopped.Load() {
 			return errStopped
 		}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ranktree/ranktree/comm"
 )
 
 // TCP link tuning.
@@ -115,6 +117,10 @@ func (l *tcpLink) readLoop() {
 		if err != nil {
 			l.fail(fmt.Errorf("from rank %d: %w", l.peer, err))
 			return
+		}
+		if h.Kind == kindWake {
+			l.ctl.poke()
+			continue
 		}
 		if h.Kind == kindNotice {
 			if _, err := io.ReadFull(l.br, hb[:]); err != nil {
@@ -323,6 +329,13 @@ func (l *tcpLink) notice(h *header, off *header) {
 	h.Kind = kindNotice
 	h.Len = headerSize
 	_ = l.send(h, b)
+}
+
+// wakePeer asks the peer's progress goroutine, asleep on its shm rings, to
+// re-check them (a header-only kindWake message).
+func (l *tcpLink) wakePeer() {
+	h := header{Kind: kindWake, FP: comm.Fingerprint{Op: comm.OpBarrier}}
+	_ = l.send(&h, nil)
 }
 
 func (l *tcpLink) close() {

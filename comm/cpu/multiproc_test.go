@@ -1,0 +1,260 @@
+package cpu
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
+)
+
+// fileStore is a test-only store.Store over a directory shared by the rank
+// processes of a multi-process test: enough of the interface for the
+// engine's rendezvous (Set, Get, CompareAndSet-if-absent).
+type fileStore struct{ dir string }
+
+var errFileStore = errors.New("fileStore: not implemented")
+
+func (s fileStore) path(key string) string {
+	return filepath.Join(s.dir, hex.EncodeToString([]byte(key)))
+}
+
+func (s fileStore) Set(_ context.Context, key string, value []byte) error {
+	tmp := s.path(key) + ".tmp" + strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(tmp, value, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, s.path(key))
+}
+
+func (s fileStore) Get(ctx context.Context, key string) ([]byte, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(s.path(key)); err == nil {
+			return b, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: key %q", store.ErrTimeout, key)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (s fileStore) CompareAndSet(ctx context.Context, key string, expected, desired []byte) ([]byte, error) {
+	if len(expected) != 0 {
+		return nil, errFileStore
+	}
+	f, err := os.OpenFile(s.path(key)+".lock", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return s.Get(ctx, key)
+	}
+	f.Close()
+	return desired, s.Set(ctx, key, desired)
+}
+
+func (fileStore) Add(context.Context, string, int64) (int64, error)   { return 0, errFileStore }
+func (fileStore) Delete(context.Context, string) (bool, error)        { return false, errFileStore }
+func (fileStore) Check(context.Context, []string) (bool, error)       { return false, errFileStore }
+func (fileStore) Wait(context.Context, []string, time.Duration) error { return errFileStore }
+func (fileStore) Watch(context.Context, string, bool) (<-chan store.Event, error) {
+	return nil, errFileStore
+}
+func (fileStore) NumKeys(context.Context) (int64, error) { return 0, errFileStore }
+func (fileStore) Timeout() time.Duration                 { return 30 * time.Second }
+func (fileStore) Close() error                           { return nil }
+
+const envMP = "RANKTREE_CPU_MP" // "mode,rank,size,transport,dir" in a rank process
+
+// TestMultiProcRank is the body of a rank process; it does nothing in a
+// normal test run.
+func TestMultiProcRank(t *testing.T) {
+	spec := os.Getenv(envMP)
+	if spec == "" {
+		t.Skip("only runs as a rank process of TestMultiProcess")
+	}
+	f := strings.Split(spec, ",")
+	mode, tr, dir := f[0], f[3], f[4]
+	rank, _ := strconv.Atoi(f[1])
+	size, _ := strconv.Atoi(f[2])
+	cfg := comm.BackendConfig{Group: "mp", Rank: rank, Size: size, Store: fileStore{dir}, Device: -1,
+		Timeout: 30 * time.Second, Log: zerolog.New(os.Stderr).With().Int("rank", rank).Logger()}
+	if mode == "crash" {
+		cfg.Faults = []comm.Fault{{Kind: comm.FaultCrash, Rank: 1, Seq: 2}}
+	}
+	e, err := New(context.Background(), cfg, Options{Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	bufs := map[int][]float32{}
+	allreduce := func(seq uint64, count int) ([]float32, error) {
+		data := bufs[count]
+		if data == nil {
+			data = make([]float32, count)
+			bufs[count] = data
+			for i := range data {
+				data[i] = float32(rank + 1)
+			}
+		}
+		fp := comm.Fingerprint{Group: comm.GroupHash("mp"), Seq: seq, Op: comm.OpAllReduce, DType: comm.Float32, Count: int64(count), Root: -1, RedOp: comm.RedSum}
+		w := launch(e, &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{comm.HostBuffer(data)}})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return data, w.Wait(ctx)
+	}
+	if mode == "lat" {
+		// Median latency of back-to-back 4-byte allreduces, for
+		// BenchmarkMultiProcessAllReduce.
+		seq := uint64(0)
+		for _, count := range []int{1, 16 << 20} {
+			iters := 2000
+			if count > 1 {
+				iters = 20
+			}
+			times := make([]time.Duration, 0, iters)
+			for i := range iters + 5 {
+				t0 := time.Now()
+				seq++
+				if _, err := allreduce(seq, count); err != nil {
+					t.Fatal(err)
+				}
+				if i >= 5 {
+					times = append(times, time.Since(t0))
+				}
+			}
+			slices.Sort(times)
+			fmt.Printf("RANK-LAT %d %d\n", count*4, times[len(times)/2].Nanoseconds())
+		}
+		return
+	}
+	want := float32(size * (size + 1) / 2)
+	for seq, count := range []int{1, 1 << 20} {
+		if mode != "ok" && seq == 1 {
+			if mode == "death" && rank == 1 {
+				os.Exit(7) // die without a word, mid-job
+			}
+			_, err := allreduce(uint64(seq+1), count)
+			var te *comm.TransportError
+			if !errors.As(err, &te) || te.Peer != 1 {
+				t.Fatalf("rank %d: got %v, want a TransportError naming rank 1", rank, err)
+			}
+			fmt.Println("RANK-RESULT transport-error")
+			return
+		}
+		data, err := allreduce(uint64(seq+1), count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data[0] != want || data[count-1] != want {
+			t.Fatalf("rank %d: got %v, want %v", rank, data[0], want)
+		}
+	}
+	fmt.Println("RANK-RESULT ok")
+}
+
+// TestMultiProcess runs ranks as real processes (the test binary re-executed,
+// as Gloo's test/multiproc_test.h): allreduce over shm and tcp across
+// processes; a rank that dies mid-job, and one that hits an injected crash
+// fault (exit code 3), give the survivor a *comm.TransportError.
+func TestMultiProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	for _, c := range []struct{ mode, tr string }{{"ok", TransportSHM}, {"ok", TransportTCP}, {"death", TransportSHM}, {"crash", TransportTCP}} {
+		t.Run(c.mode+"/"+c.tr, func(t *testing.T) {
+			const size = 2
+			dir := t.TempDir()
+			cmds := make([]*exec.Cmd, size)
+			outs := make([]*strings.Builder, size)
+			for r := range size {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcRank$", "-test.count=1")
+				cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d,%s,%s", envMP, c.mode, r, size, c.tr, dir))
+				outs[r] = &strings.Builder{}
+				cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[r] = cmd
+			}
+			for r, cmd := range cmds {
+				err := cmd.Wait()
+				code := cmd.ProcessState.ExitCode()
+				wantCode := 0
+				if r == 1 && c.mode == "death" {
+					wantCode = 7
+				}
+				if r == 1 && c.mode == "crash" {
+					wantCode = 3
+				}
+				if code != wantCode {
+					t.Fatalf("rank %d exited %d (%v), want %d; output:\n%s", r, code, err, wantCode, outs[r])
+				}
+			}
+			want := "RANK-RESULT ok"
+			if c.mode != "ok" {
+				want = "RANK-RESULT transport-error"
+			}
+			if !strings.Contains(outs[0].String(), want) {
+				t.Fatalf("rank 0 output lacks %q:\n%s", want, outs[0])
+			}
+			if c.mode == "crash" && !strings.Contains(outs[1].String(), "injected fault: crash") {
+				t.Fatalf("crash not printed:\n%s", outs[1])
+			}
+		})
+	}
+}
+
+// BenchmarkMultiProcessAllReduce runs 2 ranks as real processes and reports
+// the median time of a 4-byte and a 64 MiB float32 Sum allreduce, straight
+// on the engine (no ProcessGroup or actor), over shm and tcp.
+func BenchmarkMultiProcessAllReduce(b *testing.B) {
+	for _, tr := range []string{TransportSHM, TransportTCP} {
+		b.Run(tr, func(b *testing.B) {
+			for b.Loop() {
+				dir := b.TempDir()
+				var outs [2]strings.Builder
+				var cmds [2]*exec.Cmd
+				for r := range 2 {
+					cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcRank$", "-test.count=1")
+					cmd.Env = append(os.Environ(), fmt.Sprintf("%s=lat,%d,2,%s,%s", envMP, r, tr, dir))
+					cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+					if err := cmd.Start(); err != nil {
+						b.Fatal(err)
+					}
+					cmds[r] = cmd
+				}
+				for r, cmd := range cmds {
+					if err := cmd.Wait(); err != nil {
+						b.Fatalf("rank %d: %v\n%s", r, err, outs[r].String())
+					}
+				}
+				for _, line := range strings.Split(outs[0].String(), "\n") {
+					var bytes, ns int64
+					if _, err := fmt.Sscanf(line, "RANK-LAT %d %d", &bytes, &ns); err == nil {
+						if bytes == 4 {
+							b.ReportMetric(float64(ns)/1e3, "median_us_4B")
+						} else {
+							b.ReportMetric(float64(bytes)/float64(ns), "algbw_GBps_64MiB")
+						}
+					}
+				}
+			}
+		})
+	}
+}
