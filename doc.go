@@ -31,6 +31,7 @@
 //	RANKTREE_RESTART_COUNT                                       default 0 (TORCHELASTIC_RESTART_COUNT)
 //	RANKTREE_STORE_TIMEOUT                                       store/init-barrier timeout, default 5m
 //	RANKTREE_TIMEOUT                                             collective default timeout, default 10m (see package supervisor)
+//	RANKTREE_ACTOR_PANIC                                         escalate (default) or restart: what an actor panic leads to (restart.go)
 //	RANKTREE_NATS_TOKEN, RANKTREE_NATS_USER, RANKTREE_NATS_PASSWORD,
 //	RANKTREE_NATS_NKEY (seed file), RANKTREE_NATS_CREDS (creds file),
 //	RANKTREE_NATS_TLS_CA, RANKTREE_NATS_TLS_CERT, RANKTREE_NATS_TLS_KEY   optional credentials

@@ -31,6 +31,7 @@ type config struct {
 	creds              credentials
 	backend            comm.BackendFactory // WithBackend (world.go); nil: the CPU engine
 	sup                supervisor.Config   // from the environment, checked first in Init
+	supOpts            supervisionOptions  // WithActorPanic, WithExit (world.go)
 }
 
 // credentials are the NATS credential variables (environment only).

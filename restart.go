@@ -2,13 +2,17 @@ package ranktree
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
 	"github.com/ranktree/ranktree/supervisor"
 )
 
@@ -25,16 +29,49 @@ import (
 // again (NewGroup with the same WithGroupName) gets the last epoch + 1, and
 // RestartGroup agrees on the last epoch + 1 through the store.
 //
-// Actor panics. A panic in one of the supervision root's children (the
-// watchdog, the heartbeat monitor, the event publisher) follows the root's
-// policy, Escalate by default: the flight recorder is dumped and the process
-// exits with supervisor.ExitEscalate so that rankrunner restarts the job.
-// Communicator actors are spawned at the actor system's root and protoactor
-// restarts a panicking one in place with its sequence counters kept (the
-// message being handled is lost, so its Work never completes and the
-// watchdog times it out, which then aborts the group like any other
-// timeout); recovering from that is RestartGroup, called by the program
-// after it sees the error, exactly as after a timeout in CleanupOnly mode.
+// Actor panics (issue 4, "supervision tree"). Every communicator actor is
+// a child of the rank's supervision root (supervisor.Root). A panic while it
+// handles an op fails that op's Work with an *comm.EngineError naming the
+// panic, and the root's policy decides what follows (RANKTREE_ACTOR_PANIC,
+// or the WithActorPanic option):
+//
+//   - escalate (default): the flight recorder is dumped and the process
+//     exits with supervisor.ExitEscalate (4), so that rankrunner restarts the
+//     job. The watchdog also sees the failed op and, in TearDown mode,
+//     announces the abort so that peers tear down too; the process exits
+//     once, with 4.
+//   - restart: see "Restart policy" below.
+//
+// Restart policy (RANKTREE_ACTOR_PANIC=restart; it needs, and by default
+// selects, RANKTREE_ASYNC_ERROR_HANDLING=CleanupOnly). The panicking actor
+// is restarted in place, and its group is re-created under the next epoch
+// on every member, coordinated through the store:
+//
+//  1. the panicking op fails with comm.ErrEngine; the rank's watchdog then
+//     aborts the communicator (its in-flight and later ops fail with
+//     comm.ErrAborted), writes abort/<group>.<epoch> to the store and dumps;
+//     the peers' watchdogs see that key and fail their in-flight ops with
+//     comm.ErrRemoteAbort;
+//  2. every member's runtime watches the store's abort/ prefix too: on the
+//     abort of the epoch it is using for a group — its own or a peer's, for
+//     any reason (a panic, a timeout, an engine error) — it runs the
+//     RestartGroup path for that group, once per epoch;
+//  3. once all members have arrived (supervisor.RestartEpoch), Runtime.World
+//     (for the world group), Runtime.Group(name) (for any group) and
+//     Runtime.Restarted(ctx, old) return the new group. Ops on the old
+//     handle fail with comm.ErrAborted ("... replaced by a communicator
+//     restart").
+//
+// What the program must do under the restart policy: when an op fails with
+// comm.ErrAborted, comm.ErrRemoteAbort, comm.ErrEngine or comm.ErrTimeout,
+// call rt.Restarted(ctx, pg) (or re-fetch rt.World() / rt.Group(name) once
+// it has a newer Epoch) and carry on with the new handle; it must not keep
+// using the old one. Ops in flight when the group broke are lost (their
+// Works failed): redo them on the new group, on every rank. If the members
+// cannot agree within the store timeout (a member died), or a group breaks
+// more than MaxAutoRestarts times within AutoRestartWindow, the rank
+// escalates (dump, exit 4) instead. Subgroups made from a restarted group are not re-created
+// unless they are aborted themselves.
 
 // incarnations counts Inits per (store, job, rank) in this process.
 var incarnations struct {
@@ -76,27 +113,57 @@ func (r *Runtime) initBarrierKey(c *config) string {
 // same job and rank before this Runtime (0 for the first Init).
 func (r *Runtime) Incarnation() uint32 { return r.grp.incarnation }
 
+// Bounds of the restart policy: a group restarted automatically more than
+// MaxAutoRestarts times within AutoRestartWindow escalates instead (as the
+// supervision root's MaxRestarts does for one actor), so that a fault that
+// recurs in every epoch ends in a job restart rather than a restart loop.
+const (
+	MaxAutoRestarts   = 3
+	AutoRestartWindow = time.Minute
+)
+
+// restartCall is one restart of a communicator epoch: RestartGroup calls
+// for the same epoch while it runs (the restart policy's and the
+// program's) wait for it instead of entering the store barrier twice.
+type restartCall struct {
+	done chan struct{} // closed when pg and err are set
+	pg   *comm.ProcessGroup
+	err  error
+}
+
+func (c *restartCall) finished() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // RestartGroup re-creates pg's communicator under the next epoch without
 // restarting processes — the recovery after an abort in CleanupOnly mode
 // (RANKTREE_ASYNC_ERROR_HANDLING=2), where torch users destroy and re-create
-// the process group. Every member of pg must call it (with its current
-// handle); it
+// the process group. Under the restart policy (see above) the runtime calls
+// it by itself. Every member of pg must call it (with its current handle);
+// it
 //
-//  1. aborts and destroys pg (bounded as Destroy is; in-flight Works fail),
+//  1. aborts pg's communicator and closes it (bounded as Destroy is;
+//     in-flight Works fail; later ops on pg fail with comm.ErrAborted),
 //  2. agrees with the other members on epoch pg.Epoch()+1 through the store
 //     (supervisor.RestartEpoch: a barrier on restart/<group>/<epoch+1>),
 //  3. connects a new engine and communicator for the same members and name
 //     under that epoch, puts it under the watchdog and flight recorder, and
 //     returns its ProcessGroup; if pg is World(), World() returns it from
-//     now on.
+//     now on, and Group(pg.Name()) does in any case.
 //
-// Sequence numbers start again at 1 in the new epoch. Subgroups made from
-// pg are not restarted: restart each that broke. Errors: an error wrapping
-// comm.ErrInvalidArgument for a nil pg, a non-member or a stale handle (an
-// epoch already restarted); comm.ErrClosed after Close; a
-// *store.BarrierError naming the members that did not arrive within the
-// runtime's store timeout (the caller should then exit so that rankrunner
-// restarts the job); engine connection errors.
+// A call for an epoch whose restart is already running waits for it and
+// returns its result. Sequence numbers start again at 1 in the new epoch.
+// Subgroups made from pg are not restarted: restart each that broke.
+// Errors: an error wrapping comm.ErrInvalidArgument for a nil pg, a
+// non-member or a stale handle (an epoch already restarted); comm.ErrClosed
+// after Close; a *store.BarrierError naming the members that did not arrive
+// within the runtime's store timeout (the caller should then exit so that
+// rankrunner restarts the job); ctx's error; engine connection errors.
 func (r *Runtime) RestartGroup(ctx context.Context, pg *comm.ProcessGroup) (*comm.ProcessGroup, error) {
 	if pg == nil {
 		return nil, fmt.Errorf("ranktree: rank %d: RestartGroup(nil): %w", r.rank, comm.ErrInvalidArgument)
@@ -106,21 +173,60 @@ func (r *Runtime) RestartGroup(ctx context.Context, pg *comm.ProcessGroup) (*com
 		return nil, fmt.Errorf("ranktree: rank %d: RestartGroup: not a member of group %q: %w", r.rank, name, comm.ErrInvalidArgument)
 	}
 	g := &r.grp
+	key := supervisor.CommID(name, from)
 	g.mu.Lock()
-	closing, last := g.closing, g.epochs[name]
-	g.mu.Unlock()
-	if closing {
+	if g.closing {
+		g.mu.Unlock()
 		return nil, fmt.Errorf("ranktree: rank %d: restarting group %q: %w: the runtime is closed", r.rank, name, comm.ErrClosed)
 	}
-	if last != from {
+	if call := g.restarts[key]; call != nil && !call.finished() {
+		g.mu.Unlock()
+		select {
+		case <-call.done:
+			return call.pg, call.err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ranktree: rank %d: waiting for the restart of group %q epoch %d: %w", r.rank, name, from, ctx.Err())
+		}
+	}
+	if last := g.epochs[name]; last != from {
+		g.mu.Unlock()
 		return nil, fmt.Errorf("ranktree: rank %d: RestartGroup: group %q epoch %d is stale (current epoch %d): %w",
 			r.rank, name, from, last, comm.ErrInvalidArgument)
 	}
+	call := &restartCall{done: make(chan struct{})}
+	if g.restarts == nil {
+		g.restarts = map[string]*restartCall{}
+	}
+	g.restarts[key] = call
+	l := g.current[name]
+	if l != nil && l.epoch != from {
+		l = nil
+	}
+	g.mu.Unlock()
+	call.pg, call.err = r.restart(ctx, pg, l)
+	close(call.done)
+	return call.pg, call.err
+}
+
+// restart carries out RestartGroup for pg, whose live communicator is l
+// (nil if pg was destroyed already).
+func (r *Runtime) restart(ctx context.Context, pg *comm.ProcessGroup, l *supervisedLauncher) (*comm.ProcessGroup, error) {
+	g := &r.grp
+	name, from := pg.Name(), pg.Epoch()
 	log := r.log.With().Str("group", name).Uint32("epoch", from).Logger()
 	log.Warn().Msg("restarting communicator")
-	pg.Abort(errors.New("communicator restart requested"))
-	if err := pg.Destroy(ctx); err != nil {
-		log.Warn().Err(err).Msg("restart: closing the old communicator")
+	reason := fmt.Errorf("epoch %d was replaced by a communicator restart (use Runtime.World, Runtime.Group or Runtime.Restarted for the new group)", from)
+	if l != nil {
+		l.retired.Store(&comm.AbortedError{Group: name, Reason: reason})
+		l.Abort(reason)
+		if err := l.Close(ctx); err != nil {
+			log.Warn().Err(err).Msg("restart: closing the old communicator")
+		}
+	} else {
+		pg.Abort(reason)
+		if err := pg.Destroy(ctx); err != nil {
+			log.Warn().Err(err).Msg("restart: closing the old communicator")
+		}
 	}
 	next, err := supervisor.RestartEpoch(ctx, r.st, name, from, pg.Rank(), pg.Size(), r.timeout)
 	if err != nil {
@@ -131,7 +237,7 @@ func (r *Runtime) RestartGroup(ctx context.Context, pg *comm.ProcessGroup) (*com
 		return nil, err
 	}
 	if name == WorldGroupName {
-		r.grp.world.CompareAndSwap(pg, npg)
+		g.world.CompareAndSwap(pg, npg)
 	}
 	if ev := g.sv.Events; ev != nil {
 		ev.Emit(actors.Event{Kind: actors.KindRestart, Group: name, Epoch: next, Action: "restart",
@@ -139,4 +245,154 @@ func (r *Runtime) RestartGroup(ctx context.Context, pg *comm.ProcessGroup) (*com
 	}
 	log.Info().Uint32("new_epoch", next).Msg("communicator restarted")
 	return npg, nil
+}
+
+// Restarted waits until the group that old is a handle of has been
+// re-created under a later epoch on this rank and returns the new handle —
+// at once if that has happened already. Use it under the restart policy
+// after an op on old failed (see "Restart policy" above). Errors: the
+// restart's own error; an error wrapping comm.ErrInvalidArgument for a nil
+// or non-member old; comm.ErrClosed once Close began; ctx's error if no
+// restart completed before ctx ended (with the default escalate policy
+// nothing restarts groups by itself: call RestartGroup).
+func (r *Runtime) Restarted(ctx context.Context, old *comm.ProcessGroup) (*comm.ProcessGroup, error) {
+	if old == nil || !old.IsMember() {
+		return nil, fmt.Errorf("ranktree: rank %d: Restarted needs a handle this rank is a member of: %w", r.rank, comm.ErrInvalidArgument)
+	}
+	g := &r.grp
+	key := supervisor.CommID(old.Name(), old.Epoch())
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		g.mu.Lock()
+		closing, call, l := g.closing, g.restarts[key], g.current[old.Name()]
+		g.mu.Unlock()
+		switch {
+		case closing:
+			return nil, fmt.Errorf("ranktree: rank %d: waiting for the restart of group %q: %w: the runtime is closed", r.rank, old.Name(), comm.ErrClosed)
+		case l != nil && l.epoch > old.Epoch():
+			return l.pg, nil
+		case call != nil && call.finished() && call.err != nil:
+			return nil, call.err
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ranktree: rank %d: group %q epoch %d was not restarted (policy %v): %w",
+				r.rank, old.Name(), old.Epoch(), g.sup.ActorPanic, ctx.Err())
+		}
+	}
+}
+
+// startAbortWatch starts the restart policy's watch of the store's abort/
+// prefix (replaying keys already there, so that no abort between a group's
+// creation and the watch is missed). Close ends it (closeGroups).
+func (r *Runtime) startAbortWatch() error {
+	g := &r.grp
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := r.st.Watch(ctx, supervisor.AbortPrefix, true)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("ranktree: rank %d: restart policy: watching %s in the store: %w", r.rank, supervisor.AbortPrefix, err)
+	}
+	g.watchCtx, g.stopWatch = ctx, cancel
+	go func() {
+		for ev := range ch {
+			if ev.Type == store.EventPut && strings.HasPrefix(ev.Key, supervisor.AbortPrefix) {
+				r.onAbort(strings.TrimPrefix(ev.Key, supervisor.AbortPrefix), ev.Value)
+			}
+		}
+	}()
+	return nil
+}
+
+// onAbort handles abort/<commID> seen in the store: if it names the epoch
+// this rank is using for a group, that group is restarted (once).
+func (r *Runtime) onAbort(commID string, value []byte) {
+	var rec supervisor.AbortRecord
+	if err := json.Unmarshal(value, &rec); err != nil || rec.Group == "" {
+		i := strings.LastIndexByte(commID, '.')
+		e, perr := strconv.ParseUint(commID[i+1:], 10, 32)
+		if i < 0 || perr != nil {
+			r.log.Warn().Str("key", supervisor.AbortPrefix+commID).Msg("restart policy: unreadable abort key; ignored")
+			return
+		}
+		rec = supervisor.AbortRecord{Rank: -1, Group: commID[:i], Epoch: uint32(e), Reason: string(value)}
+	}
+	g := &r.grp
+	g.mu.Lock()
+	if g.abortSeen == nil {
+		g.abortSeen = map[string]supervisor.AbortRecord{}
+	}
+	if _, seen := g.abortSeen[commID]; !seen {
+		g.abortSeen[commID] = rec
+	}
+	l := g.current[rec.Group]
+	trigger := !g.closing && l != nil && l.epoch == rec.Epoch
+	g.mu.Unlock()
+	if trigger {
+		r.autoRestart(l, rec)
+	}
+}
+
+// autoRestart restarts l's group in the background, once per epoch. If the
+// restart fails for another reason than Close or a restart made meanwhile
+// by the program, the rank escalates (dump, exit supervisor.ExitEscalate):
+// its group is broken and the members could not agree on a new one.
+func (r *Runtime) autoRestart(l *supervisedLauncher, rec supervisor.AbortRecord) {
+	g := &r.grp
+	if g.sup.ActorPanic != supervisor.PanicRestart || g.watchCtx == nil {
+		return
+	}
+	l.autoOnce.Do(func() {
+		now := time.Now()
+		g.mu.Lock()
+		if g.autoRestarts == nil {
+			g.autoRestarts = map[string][]time.Time{}
+		}
+		recent := []time.Time{now}
+		for _, at := range g.autoRestarts[l.group] {
+			if now.Sub(at) < AutoRestartWindow {
+				recent = append(recent, at)
+			}
+		}
+		g.autoRestarts[l.group] = recent
+		if len(recent) > MaxAutoRestarts {
+			// Restarted(old) reports this at once instead of waiting.
+			call := &restartCall{done: make(chan struct{}), err: fmt.Errorf("ranktree: rank %d: group %q epoch %d not restarted: it broke %d times within %v, the restart policy escalates: %w",
+				r.rank, l.group, l.epoch, len(recent), AutoRestartWindow, comm.ErrAborted)}
+			close(call.done)
+			if g.restarts == nil {
+				g.restarts = map[string]*restartCall{}
+			}
+			g.restarts[supervisor.CommID(l.group, l.epoch)] = call
+		}
+		g.mu.Unlock()
+		if len(recent) > MaxAutoRestarts {
+			r.log.Error().Str("group", l.group).Uint32("epoch", l.epoch).Int("restarts", len(recent)).
+				Msg("restart policy: too many restarts; escalating")
+			go g.sv.Escalate(fmt.Sprintf("rank %d: group %q broke %d times within %v (last: %s)",
+				r.rank, l.group, len(recent), AutoRestartWindow, rec.Reason))
+			return
+		}
+		go func() {
+			log := r.log.With().Str("group", l.group).Uint32("epoch", l.epoch).Logger()
+			log.Warn().Int("aborted_by", rec.Rank).Str("reason", rec.Reason).Msg("restart policy: group aborted; re-creating it under the next epoch")
+			ctx, cancel := context.WithTimeout(g.watchCtx, r.timeout+CloseGrace+closeCommBound)
+			defer cancel()
+			_, err := r.RestartGroup(ctx, l.pg)
+			if err == nil {
+				return
+			}
+			g.mu.Lock()
+			closing := g.closing
+			g.mu.Unlock()
+			if closing || g.watchCtx.Err() != nil || errors.Is(err, comm.ErrClosed) || errors.Is(err, comm.ErrInvalidArgument) {
+				log.Debug().Err(err).Msg("restart policy: restart not completed (runtime closing, or restarted already)")
+				return
+			}
+			log.Error().Err(err).Msg("restart policy: restart failed; escalating")
+			g.sv.Escalate(fmt.Sprintf("rank %d: restarting group %q from epoch %d failed: %v", r.rank, l.group, l.epoch, err))
+		}()
+	})
 }

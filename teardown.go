@@ -118,7 +118,7 @@ func (r *Runtime) forget(l *supervisedLauncher) bool {
 }
 
 // closeGroups is the runtime's teardown (registered with onClose): no new
-// groups from now on; every communicator gets one shared grace period for
+// groups and no automatic restarts from now on; every communicator gets one shared grace period for
 // its in-flight ops and is then closed, all concurrently; then the
 // supervision tree and the actor system stop. Every step is bounded.
 func (r *Runtime) closeGroups(ctx context.Context) error {
@@ -127,6 +127,9 @@ func (r *Runtime) closeGroups(ctx context.Context) error {
 	g.closing = true
 	comms := append([]*supervisedLauncher(nil), g.comms...)
 	g.mu.Unlock()
+	if g.stopWatch != nil {
+		g.stopWatch() // the restart policy's watch; restarts under way end
+	}
 	graceEnd := time.Now().Add(CloseGrace)
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup

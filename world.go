@@ -44,6 +44,52 @@ func WithBackend(f comm.BackendFactory) Option {
 	}
 }
 
+// supervisionOptions are the options that adjust the rank's supervision.
+type supervisionOptions struct {
+	actorPanic supervisor.PanicPolicy // WithActorPanic; 0: RANKTREE_ACTOR_PANIC
+	exit       func(code int)         // WithExit; nil: os.Exit
+}
+
+// WithActorPanic sets what a panic in one of the rank's actors leads to
+// (overrides RANKTREE_ACTOR_PANIC=escalate|restart):
+//
+//   - supervisor.PanicEscalate (the default): the flight recorder is
+//     dumped and the process exits with supervisor.ExitEscalate (4), so
+//     that rankrunner restarts the job;
+//   - supervisor.PanicRestart: the actor is restarted, and a communicator
+//     actor's panic makes every member re-create its group under the next
+//     epoch, without restarting processes (see "Restart policy" in
+//     restart.go for what the program must do).
+//
+// PanicRestart needs RANKTREE_ASYNC_ERROR_HANDLING=CleanupOnly or unset
+// (it then selects CleanupOnly); otherwise Init fails with an *OptionError.
+func WithActorPanic(p supervisor.PanicPolicy) Option {
+	return func(c *config) error {
+		if p != supervisor.PanicEscalate && p != supervisor.PanicRestart {
+			return &OptionError{Option: fmt.Sprintf("WithActorPanic(%v)", p), Msg: "want supervisor.PanicEscalate or supervisor.PanicRestart"}
+		}
+		c.supOpts.actorPanic = p
+		return nil
+	}
+}
+
+// WithExit replaces os.Exit for the rank's teardowns: an escalated actor
+// panic (code supervisor.ExitEscalate), a watchdog TearDown
+// (supervisor.ExitTearDown) and a stalled watchdog
+// (supervisor.ExitHeartbeat). The rank calls f at most once, after its
+// dump and an event flush. Tests pass a recorder; a program may pass a
+// function that saves its own state and then calls os.Exit. If f returns,
+// the process goes on with the failed group aborted.
+func WithExit(f func(code int)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return &OptionError{Option: "WithExit(nil)", Msg: "nil exit function"}
+		}
+		c.supOpts.exit = f
+		return nil
+	}
+}
+
 // groups is the runtime's process-group machinery: the actor system that
 // hosts the communicator actors and the rank's supervision tree, the engine
 // factory, and the groups made so far (for teardown and restart). system,
@@ -61,11 +107,19 @@ type groups struct {
 	// base epoch of every group, so keys of an earlier Init are never read.
 	incarnation uint32
 
-	mu      sync.Mutex
-	closing bool                           // Close began: no new groups
-	comms   []*supervisedLauncher          // live communicators, oldest first
-	current map[string]*supervisedLauncher // group name → its live communicator
-	epochs  map[string]uint32              // group name → last epoch used
+	// stopWatch ends the restart policy's abort watch (restart.go); nil
+	// without the restart policy. Written once at Init.
+	stopWatch func()
+	watchCtx  context.Context
+
+	mu           sync.Mutex
+	closing      bool                              // Close began: no new groups
+	comms        []*supervisedLauncher             // live communicators, oldest first
+	current      map[string]*supervisedLauncher    // group name → its live communicator
+	epochs       map[string]uint32                 // group name → last epoch used
+	restarts     map[string]*restartCall           // CommID of a restarted epoch → its restart (restart.go)
+	abortSeen    map[string]supervisor.AbortRecord // CommID → abort seen in the store (restart policy)
+	autoRestarts map[string][]time.Time            // group name → its automatic restarts within AutoRestartWindow
 }
 
 // supervisedLauncher is a group's communicator actor as the ProcessGroup
@@ -79,14 +133,25 @@ type supervisedLauncher struct {
 	epoch    uint32
 	rank     int
 	blocking bool
+	pg       *comm.ProcessGroup // the handle over this communicator; set before it is published
+
+	// retired is set when a restart replaces this communicator: later
+	// Submits fail with it (an *AbortedError naming the restart).
+	retired  atomic.Pointer[comm.AbortedError]
+	autoOnce sync.Once // the restart policy restarts this epoch once
 
 	last      atomic.Pointer[comm.Work] // the last Work submitted (teardown's grace waits for it)
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// Submit implements comm.Launcher.
+// Submit implements comm.Launcher. Once a restart has replaced this
+// communicator, w fails with an error wrapping comm.ErrAborted that says so.
 func (l *supervisedLauncher) Submit(op *comm.Op, w *comm.Work) {
+	if e := l.retired.Load(); e != nil {
+		w.Complete(e)
+		return
+	}
 	if l.blocking && op.Timeout > 0 {
 		fp, timeout := op.FP, op.Timeout // the shape; the actor assigns the seq
 		w.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
@@ -122,17 +187,38 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 		g.faults = faults
 	}
 	sup := c.sup
-	g.sup = sup
 	var err error
+	if p := c.supOpts.actorPanic; p != 0 {
+		// The option replaces RANKTREE_ACTOR_PANIC; the other variables
+		// still apply, and restart may change the error-handling default.
+		sup, err = supervisor.ConfigFromEnv(func(k string) string {
+			if k == supervisor.EnvActorPanic {
+				return p.String()
+			}
+			return os.Getenv(k)
+		})
+		if err != nil {
+			return &OptionError{Option: fmt.Sprintf("WithActorPanic(%v)", p), Msg: err.Error()}
+		}
+	}
+	g.sup = sup
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	g.system = actor.NewActorSystemWithConfig(actor.Configure(
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet })))
 	g.sv, err = supervisor.StartRank(g.system, supervisor.RankConfig{
 		Job: r.job, Rank: r.rank, WorldSize: r.worldSize, Cfg: sup, Store: r.st, NATS: r.nc, Log: r.log,
+		Exit: c.supOpts.exit,
 	})
 	if err != nil {
 		g.system.Shutdown()
 		return err
+	}
+	if sup.ActorPanic == supervisor.PanicRestart {
+		if err := r.startAbortWatch(); err != nil {
+			g.sv.Close(time.Second)
+			g.system.Shutdown()
+			return err
+		}
 	}
 	ranks := make([]int, r.worldSize)
 	for i := range ranks {
@@ -142,6 +228,9 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 		Name: WorldGroupName, GlobalRanks: ranks, Rank: r.rank, Timeout: sup.Timeout,
 	})
 	if err != nil {
+		if g.stopWatch != nil {
+			g.stopWatch()
+		}
 		g.sv.Close(time.Second)
 		g.system.Shutdown()
 		return err
@@ -153,8 +242,45 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 
 // World is the default process group: every rank of the job, group rank =
 // global rank (torch.distributed's default group / group.WORLD). After
-// RestartGroup(World()) it is the restarted group.
+// RestartGroup(World()), or an automatic restart under the restart policy,
+// it is the restarted group.
 func (r *Runtime) World() *comm.ProcessGroup { return r.grp.world.Load() }
+
+// Group returns this rank's live handle of the process group called name
+// (the world group is WorldGroupName; subgroups are named by NewGroup,
+// Split or comm.WithGroupName): after a restart, the restarted group. It
+// returns nil if this rank is not a member of a live group of that name,
+// including while a restart is re-creating it (see Runtime.Restarted).
+func (r *Runtime) Group(name string) *comm.ProcessGroup {
+	g := &r.grp
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l := g.current[name]; l != nil {
+		return l.pg
+	}
+	return nil
+}
+
+// panicAwareEngine is a group's engine as the watchdog sees it: its async
+// error is the engine's, or else the communicator actor's first panic
+// (actors.Communicator.PanicErr), so that a panic breaks the group — abort,
+// abort/<comm-id> for the peers, dump — even if the panicking op was never
+// put under the watchdog. Abort goes to the engine.
+type panicAwareEngine struct {
+	comm.Backend
+	cm atomic.Pointer[actors.Communicator]
+}
+
+// AsyncError implements supervisor.AsyncErrorSource.
+func (e *panicAwareEngine) AsyncError() error {
+	if err := e.Backend.AsyncError(); err != nil {
+		return err
+	}
+	if c := e.cm.Load(); c != nil {
+		return c.PanicErr()
+	}
+	return nil
+}
 
 // NewGroup creates a process group of the given global ranks. Every rank of
 // the job must call it, in the same order; non-members get a group whose
@@ -214,9 +340,13 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	if spec.Timeout <= 0 {
 		spec.Timeout = g.sup.Timeout
 	}
+	watched := &panicAwareEngine{Backend: be}
 	obs := g.sv.AttachGroup(supervisor.GroupSpec{Name: spec.Name, Epoch: epoch, Engine: be.Name(),
-		Members: spec.GlobalRanks, Timeout: spec.Timeout}, spec.Rank, be)
-	cm, err := actors.NewCommunicator(g.system, be, actors.CommunicatorConfig{Group: spec.Name, Epoch: epoch, Observer: obs, Log: log})
+		Members: spec.GlobalRanks, Timeout: spec.Timeout}, spec.Rank, watched)
+	// The rank's supervision root is the actor's parent: its panics follow
+	// the policy (RANKTREE_ACTOR_PANIC).
+	cm, err := actors.NewCommunicator(g.system, be, actors.CommunicatorConfig{Group: spec.Name, Epoch: epoch, Observer: obs,
+		Log: log, Parent: g.sv.Root, OnPanic: func(p *actors.Panic) { g.sv.ActorPanicked(p) }})
 	if err != nil {
 		g.sv.DetachGroup(spec.Name)
 		be.Close()
@@ -231,8 +361,11 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 		l.Close(ctx)
 		return nil, err
 	}
+	watched.cm.Store(cm)
+	l.pg = pg
 	g.mu.Lock()
 	closing := g.closing
+	rec, abortSeen := g.abortSeen[supervisor.CommID(spec.Name, epoch)]
 	if !closing {
 		g.comms = append(g.comms, l)
 		g.current[spec.Name] = l
@@ -243,5 +376,8 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 		return nil, fmt.Errorf("ranktree: rank %d: creating group %q: %w: the runtime is closed", r.rank, spec.Name, comm.ErrClosed)
 	}
 	log.Debug().Str("engine", be.Name()).Ints("ranks", spec.GlobalRanks).Msg("process group created")
+	if abortSeen { // a peer aborted this epoch before it was ours (restart policy)
+		r.autoRestart(l, rec)
+	}
 	return pg, nil
 }

@@ -13,12 +13,17 @@
 //     before Backend.Launch (watchdog deadlines, flight recorder, events).
 //  4. Abort goes straight to the engine; Close drains the mailbox, stops the
 //     actor and closes the engine, bounded by its ctx.
+//  5. A panic while the actor handles an op fails that op's Work with an
+//     *comm.EngineError naming the panic, then reaches the actor's
+//     supervisor (CommunicatorConfig.Parent) as a *Panic, whose policy
+//     decides what follows (supervisor.Root: restart or escalate).
 package actors
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,6 +81,41 @@ type CommunicatorConfig struct {
 	// Backend.Launch and Observer.Scheduled never block. Pass
 	// actor.NewDefaultDispatcher(300) to run the loop on its own goroutine.
 	Dispatcher actor.Dispatcher
+	// Parent spawns the actor and supervises it: a panic while the actor
+	// handles an op reaches Parent's supervisor strategy (after the op's
+	// Work has failed). Pass the rank's supervision root (supervisor.Root)
+	// so that its policy decides; nil spawns at the actor system's root,
+	// whose default strategy restarts the actor in place (at most 10 times
+	// in 10 s, then stops it). If Parent also has a SpawnPrefix method
+	// (actor.RootContext, actor.Context, supervisor.Root), the actor's id
+	// starts with "comm-<group>-e<epoch>-".
+	Parent Spawner
+	// OnPanic, if not nil, is called on the actor's goroutine when it
+	// panics handling an op, before that op's Work fails and before the
+	// panic goes on to Parent (supervisor.Rank.ActorPanicked). It must not
+	// block.
+	OnPanic func(p *Panic)
+}
+
+// prefixSpawner is a Spawner that can name its child.
+type prefixSpawner interface {
+	SpawnPrefix(props *actor.Props, prefix string) *actor.PID
+}
+
+// Panic is the reason a communicator actor hands its supervisor when it
+// panics while handling an op (the supervisor's HandleFailure sees it as
+// reason): which communicator and op, the panic value and the stack.
+type Panic struct {
+	Group string
+	Epoch uint32
+	FP    comm.Fingerprint // the op being handled (Seq 0 if it had none yet)
+	Value any              // what the code panicked with
+	Stack []byte           // the panicking goroutine's stack
+}
+
+// Error describes the panic without the stack.
+func (p *Panic) Error() string {
+	return fmt.Sprintf("communicator actor of group %q (epoch %d) panicked handling %v: %v", p.Group, p.Epoch, p.FP, p.Value)
 }
 
 // Communicator is the communicator actor of one process group on one
@@ -121,14 +161,20 @@ type commActor struct {
 	hash     uint64
 	epoch    uint32
 	observer Observer
+	onPanic  func(p *Panic)
 	log      zerolog.Logger
-	seq      atomic.Uint64 // last collective seq assigned
-	p2pSeq   atomic.Uint64 // last P2P seq assigned
-	dead     atomic.Bool   // set by a Close that timed out: fail instead of launching
+	seq      atomic.Uint64                    // last collective seq assigned
+	p2pSeq   atomic.Uint64                    // last P2P seq assigned
+	dead     atomic.Bool                      // set by a Close that timed out: fail instead of launching
+	stopped  atomic.Bool                      // the actor stopped (Close, or its supervisor)
+	panicErr atomic.Pointer[comm.EngineError] // the first panic's error
 }
 
 // NewCommunicator spawns the communicator actor for a connected backend in
-// system. The actor owns backend from now on: Close closes it.
+// system, under cfg.Parent. The actor owns backend from now on: Close
+// closes it. Errors: comm.ErrInvalidArgument for a nil system or backend or
+// an empty Group; comm.ErrClosed if Parent has stopped (backend is then
+// not closed: the caller still owns it).
 func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg CommunicatorConfig) (*Communicator, error) {
 	if system == nil || backend == nil {
 		return nil, fmt.Errorf("%w: NewCommunicator needs an actor system and a backend", comm.ErrInvalidArgument)
@@ -143,6 +189,7 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 		hash:     comm.GroupHash(cfg.Group),
 		epoch:    cfg.Epoch,
 		observer: cfg.Observer,
+		onPanic:  cfg.OnPanic,
 		log:      log,
 	}
 	// The producer returns the same state on a restart, so a supervisor
@@ -152,17 +199,34 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 		disp = actor.NewSynchronizedDispatcher(300)
 	}
 	props := actor.PropsFromProducer(func() actor.Actor { return st }, actor.WithDispatcher(disp))
-	pid := system.Root.SpawnPrefix(props, fmt.Sprintf("comm-%s-e%d-", cfg.Group, cfg.Epoch))
+	prefix := fmt.Sprintf("comm-%s-e%d-", cfg.Group, cfg.Epoch)
+	var pid *actor.PID
+	switch p := cfg.Parent.(type) {
+	case nil:
+		pid = system.Root.SpawnPrefix(props, prefix)
+	case prefixSpawner:
+		pid = p.SpawnPrefix(props, prefix)
+	default:
+		pid = p.Spawn(props)
+	}
+	if pid == nil {
+		return nil, fmt.Errorf("%w: NewCommunicator: the parent of group %q (epoch %d) could not spawn its actor (stopped?)", comm.ErrClosed, cfg.Group, cfg.Epoch)
+	}
 	return &Communicator{system: system, pid: pid, backend: backend, group: cfg.Group, log: log, state: st}, nil
 }
 
-// Submit posts op to the actor's mailbox (comm.Launcher). After Close, w
-// fails with comm.ErrClosed.
+// Submit posts op to the actor's mailbox (comm.Launcher). After Close, or
+// once the actor's supervisor has stopped it, w fails with comm.ErrClosed.
 func (c *Communicator) Submit(op *comm.Op, w *comm.Work) {
 	c.senders.Add(1)
 	if c.closed.Load() {
 		c.senders.Add(-1)
 		w.Complete(fmt.Errorf("%w: communicator of group %q is closed (%v)", comm.ErrClosed, c.group, op.Type))
+		return
+	}
+	if c.state.stopped.Load() {
+		c.senders.Add(-1)
+		w.Complete(fmt.Errorf("%w: the communicator actor of group %q was stopped by its supervisor (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
 	c.system.Root.Send(c.pid, &launchMsg{op: op, w: w})
@@ -210,13 +274,26 @@ func (c *Communicator) drain(ctx context.Context) error {
 		case <-time.After(50 * time.Microsecond):
 		}
 	}
+	if c.state.stopped.Load() {
+		return nil // stopped by its supervisor: nothing will drain
+	}
 	done := make(chan struct{})
 	c.system.Root.Send(c.pid, &stopMsg{done: done})
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("closing the communicator of group %q: mailbox not drained: %w", c.group, ctx.Err())
+	// The supervisor may stop the actor meanwhile (the stop message then
+	// goes to dead letters): look at stopped now and then.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-tick.C:
+			if c.state.stopped.Load() {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("closing the communicator of group %q: mailbox not drained: %w", c.group, ctx.Err())
+		}
 	}
 }
 
@@ -232,6 +309,22 @@ func (c *Communicator) LastSeq() uint64 { return c.state.seq.Load() }
 // LastP2PSeq is the last P2P sequence number assigned (0: none yet).
 func (c *Communicator) LastP2PSeq() uint64 { return c.state.p2pSeq.Load() }
 
+// PanicErr is the *comm.EngineError of the first panic the actor met while
+// handling an op, or nil. The runtime hands it to the watchdog as the
+// communicator's async error (comm.Backend.AsyncError), so that a panic
+// aborts the group and is announced to peers even if the panicking op was
+// never put under the watchdog.
+func (c *Communicator) PanicErr() error {
+	if e := c.state.panicErr.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// Stopped reports whether the actor has stopped (after Close, or when its
+// supervisor stopped it).
+func (c *Communicator) Stopped() bool { return c.state.stopped.Load() }
+
 // Receive handles the actor's messages.
 func (a *commActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
@@ -239,17 +332,35 @@ func (a *commActor) Receive(ctx actor.Context) {
 		a.launch(m.op, m.w)
 	case *stopMsg:
 		close(m.done)
+	case *actor.Stopped:
+		a.stopped.Store(true)
 	}
 }
 
 // launch assigns the sequence number, completes the fingerprint, tells the
-// observer and launches on the engine. A panicking engine fails the op's
-// Work with an *EngineError instead of taking the actor down.
+// observer and launches on the engine. A panic on the way (engine or
+// observer) fails the op's Work with an *EngineError naming it, then goes
+// on to the actor's supervisor as a *Panic (see CommunicatorConfig.Parent).
 func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 	if a.dead.Load() {
 		w.Complete(fmt.Errorf("%w: communicator of group %q was closed while its engine was stuck (%v)", comm.ErrClosed, a.group, op.Type))
 		return
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			p := &Panic{Group: a.group, Epoch: a.epoch, FP: op.FP, Value: r, Stack: debug.Stack()}
+			ee := &comm.EngineError{Engine: a.backend.Name(), Rank: a.backend.Rank(), FP: op.FP,
+				Msg: fmt.Sprintf("panic in the communicator actor: %v", r)}
+			a.panicErr.CompareAndSwap(nil, ee)
+			a.log.Error().Interface("panic", r).Str("op", op.FP.String()).Bytes("stack", p.Stack).
+				Msg("communicator actor panicked; failing the op and handing the panic to the supervisor")
+			if a.onPanic != nil {
+				a.onPanic(p)
+			}
+			w.Complete(ee)
+			panic(p)
+		}
+	}()
 	var seq uint64
 	if comm.UsesP2PSeq(op) {
 		seq = a.p2pSeq.Add(1)
@@ -264,12 +375,6 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 	if a.observer != nil {
 		a.observer.Scheduled(op, w)
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			a.log.Error().Interface("panic", r).Str("op", op.FP.String()).Msg("engine panicked in Launch")
-			w.Complete(&comm.EngineError{Engine: a.backend.Name(), Rank: a.backend.Rank(), FP: op.FP, Msg: fmt.Sprintf("panic in Launch: %v", r)})
-		}
-	}()
 	a.backend.Launch(op, w)
 }
 

@@ -104,6 +104,7 @@ const (
 	EnvTraceBufferSize         = "RANKTREE_TRACE_BUFFER_SIZE"
 	EnvTraceDir                = "RANKTREE_TRACE_DIR"
 	EnvEvents                  = "RANKTREE_EVENTS"
+	EnvActorPanic              = "RANKTREE_ACTOR_PANIC"
 )
 
 // Defaults filled in by Config.validate.
@@ -168,11 +169,30 @@ type Config struct {
 	// WatchdogInterval is the watchdog's tick period: deadlines are checked
 	// and engine async errors polled this often (default 100 ms).
 	WatchdogInterval time.Duration
+	// ActorPanic is what a panic in one of the rank's actors leads to
+	// (RANKTREE_ACTOR_PANIC=escalate|restart; zero, unset, escalates).
+	// PanicRestart needs ErrorHandling CleanupOnly (the process must
+	// survive the group's abort) and selects it when ErrorHandling is unset.
+	ActorPanic PanicPolicy
 }
 
 // validate fills defaults and rejects out-of-range fields with a
 // *ConfigError naming the field.
 func (c *Config) validate() error {
+	switch c.ActorPanic {
+	case 0, PanicEscalate: // 0 (unset) behaves as PanicEscalate
+	case PanicRestart:
+		if c.ErrorHandling == 0 {
+			c.ErrorHandling = CleanupOnly
+		}
+		if c.ErrorHandling != CleanupOnly {
+			return &ConfigError{Var: EnvActorPanic, Value: c.ActorPanic.String(),
+				Msg: fmt.Sprintf("restart needs %s=CleanupOnly or unset (it is %v: TearDown and SkipCleanup end the process on the abort, NoHandling never tells the peers)",
+					EnvAsyncErrorHandling, c.ErrorHandling)}
+		}
+	default:
+		return &ConfigError{Var: "Config.ActorPanic", Value: c.ActorPanic.String(), Msg: "unknown policy"}
+	}
 	if c.ErrorHandling == 0 {
 		c.ErrorHandling = TearDown
 	}
@@ -224,7 +244,9 @@ func (c Config) Validate() (Config, error) {
 // Formats: durations as Go durations ("90s", "10m") or a bare number of
 // seconds ("600"); booleans as strconv.ParseBool ("1", "true", "0", "false");
 // RANKTREE_TRACE_BUFFER_SIZE as an integer in [0, MaxTraceBufferSize] where
-// 0 disables the flight recorder.
+// 0 disables the flight recorder; RANKTREE_ACTOR_PANIC as escalate or
+// restart (restart with RANKTREE_ASYNC_ERROR_HANDLING set to anything but
+// CleanupOnly is rejected, naming RANKTREE_ACTOR_PANIC).
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var c Config
 	if name, v := firstSet(getenv, EnvAsyncErrorHandling, EnvTorchAsyncErrorHandling); v != "" {
@@ -266,6 +288,13 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			return Config{}, &ConfigError{Var: EnvEvents, Value: v, Msg: "want all, errors or off"}
 		}
 		c.Events = l
+	}
+	if v := strings.TrimSpace(getenv(EnvActorPanic)); v != "" {
+		p, err := ParsePanicPolicy(v)
+		if err != nil {
+			return Config{}, &ConfigError{Var: EnvActorPanic, Value: v, Msg: err.Error()}
+		}
+		c.ActorPanic = p
 	}
 	if err := c.validate(); err != nil {
 		return Config{}, err

@@ -32,7 +32,9 @@
 //  6. Per communicator (group × epoch): rec.AddGroup(name, epoch, groupRank,
 //     globalRanks); wd.Register(GroupSpec{Name, Epoch, Engine, Members,
 //     Timeout}, backend, backend); and give the communicator actor
-//     actors.Observers{rec.Observer(name, groupTimeout), wd.Observer(name)}.
+//     actors.Observers{rec.Observer(name, groupTimeout), wd.Observer(name)},
+//     Parent: root and OnPanic: Rank.ActorPanicked, so that its panics
+//     follow cfg.ActorPanic (RANKTREE_ACTOR_PANIC).
 //     ProcessGroup.SetTimeout calls wd.SetTimeout; Destroy calls
 //     wd.Deregister after failing its Works.
 //  7. Exit funcs should close the event publisher (flushing events) and the

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -26,11 +27,15 @@ type RankConfig struct {
 	// NATS, if not nil, carries events (ranktree.<job>.events.<rank>.<kind>)
 	// and dump requests (DumpSubject). The caller keeps owning it.
 	NATS *nats.Conn
-	// Policy for actor panics (nil: Escalate); see RootConfig.
-	Policy    func(child *actor.PID, reason any) Decision
-	OnStopped func(child *actor.PID, reason any)
+	// Policy for actor panics (nil: Cfg.ActorPanic.Decide); see RootConfig.
+	Policy      func(child *actor.PID, reason any) Decision
+	OnStopped   func(child *actor.PID, reason any)
+	OnRestarted func(child *actor.PID, reason any)
 	// Exit ends the process (nil: os.Exit). Before calling it, the rank
-	// flushes its events (bounded).
+	// flushes its events (bounded). The rank calls it at most once: the
+	// first of the root (ExitEscalate), the watchdog (ExitTearDown) and the
+	// heartbeat monitor (ExitHeartbeat) to tear the process down wins, and
+	// later requests are ignored (with os.Exit there are none).
 	Exit func(code int)
 	Log  zerolog.Logger
 }
@@ -53,11 +58,20 @@ type Rank struct {
 	Monitor  *HeartbeatMonitor
 	Events   *actors.EventPublisher // nil without NATS or with RANKTREE_EVENTS=off
 	dumps    *DumpService
+	dumper   Dumper
 
 	mu       sync.Mutex
 	timeouts map[string]time.Duration
 	closed   bool
+	exitCode int // first teardown's exit code (0: none yet)
+	// escalation is non-nil once an escalation is reserved (ActorPanicked)
+	// or claimed; it is closed after the escalation called Exit.
+	escalation chan struct{}
 }
+
+// escalationWait bounds how long a watchdog or heartbeat exit waits for a
+// reserved escalation before exiting with its own code.
+const escalationWait = 15 * time.Second
 
 // StartRank starts a rank's supervision in system. Errors: invalid Cfg
 // (*ConfigError), a bad Job for events, or a NATS subscription failure.
@@ -73,6 +87,7 @@ func StartRank(system *actor.ActorSystem, cfg RankConfig) (*Rank, error) {
 	r := &Rank{cfg: cfg, timeouts: map[string]time.Duration{}}
 	r.Recorder = NewFlightRecorder(RecorderConfig{Job: cfg.Job, Rank: cfg.Rank, WorldSize: cfg.WorldSize, Capacity: c.TraceBufferSize})
 	dumper := Dumper{Rec: r.Recorder, Dir: c.TraceDir, Store: cfg.Store}
+	r.dumper = dumper
 	var sink EventSink
 	if cfg.NATS != nil && c.Events != actors.EventsOff {
 		r.Events, err = actors.NewEventPublisher(cfg.NATS, actors.PublisherConfig{Job: cfg.Job, Rank: cfg.Rank, Level: c.Events, Log: cfg.Log})
@@ -83,8 +98,13 @@ func StartRank(system *actor.ActorSystem, cfg RankConfig) (*Rank, error) {
 	if r.Events != nil {
 		sink = r.Events
 	}
-	r.Root = StartRoot(system, RootConfig{Rank: cfg.Rank, Policy: cfg.Policy, OnStopped: cfg.OnStopped,
-		Dumper: dumper, Events: sink, Exit: r.exit, Log: cfg.Log})
+	policy := cfg.Policy
+	if policy == nil {
+		policy = c.ActorPanic.Decide
+	}
+	r.Root = StartRoot(system, RootConfig{Rank: cfg.Rank, Policy: policy, OnStopped: cfg.OnStopped,
+		OnRestarted: cfg.OnRestarted, Escalating: r.claimEscalation,
+		Dumper: dumper, Events: sink, Exit: r.exitEscalated, Log: cfg.Log})
 	if r.Events != nil {
 		r.Events.Start(system, r.Root)
 	}
@@ -111,8 +131,109 @@ func StartRank(system *actor.ActorSystem, cfg RankConfig) (*Rank, error) {
 	return r, nil
 }
 
-// exit flushes events (at most 2 s) and ends the process.
+// ActorPanicked tells the rank that one of its actors panicked and the
+// panic is on its way to the root. Call it on the panicking goroutine
+// before the failed op becomes visible (actors.CommunicatorConfig.OnPanic).
+// Under the escalate policy (RankConfig.Policy nil, Cfg.ActorPanic not
+// PanicRestart) it reserves the process's exit for the coming escalation,
+// so that the watchdog, reacting to the failed op in TearDown mode, does
+// not exit first with ExitTearDown: a watchdog or heartbeat exit then
+// waits for the escalation (at most 15 s) and is dropped once it has
+// happened. The process thus exits once, with ExitEscalate.
+func (r *Rank) ActorPanicked(reason any) {
+	if r.cfg.Policy != nil || r.cfg.Cfg.ActorPanic == PanicRestart {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exitCode == 0 && r.escalation == nil {
+		r.escalation = make(chan struct{})
+		r.cfg.Log.Debug().Int("rank", r.cfg.Rank).Interface("panic", reason).Msg("actor panicked; exit reserved for the escalation")
+	}
+}
+
+// claimEscalation claims the process's exit for an escalation (the root's
+// RootConfig.Escalating, or Escalate); false if another teardown has it.
+func (r *Rank) claimEscalation() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exitCode != 0 {
+		return false
+	}
+	r.exitCode = ExitEscalate
+	if r.escalation == nil {
+		r.escalation = make(chan struct{})
+	}
+	return true
+}
+
+// exitEscalated ends the process after a claimed escalation and releases
+// the exits waiting for it.
+func (r *Rank) exitEscalated(code int) {
+	r.mu.Lock()
+	esc := r.escalation
+	r.mu.Unlock()
+	r.exitClaimed(code)
+	close(esc)
+}
+
+// ExitCode is the exit code of the teardown under way (0: none).
+func (r *Rank) ExitCode() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.exitCode
+}
+
+// exit ends the process with code (the watchdog's and the heartbeat
+// monitor's teardown) unless a teardown is already under way; a reserved
+// escalation is waited for first (see ActorPanicked).
 func (r *Rank) exit(code int) {
+	r.mu.Lock()
+	esc, claimed := r.escalation, r.exitCode != 0
+	r.mu.Unlock()
+	if !claimed && esc != nil {
+		select {
+		case <-esc:
+		case <-time.After(escalationWait):
+		}
+	}
+	r.mu.Lock()
+	first := r.exitCode
+	if first == 0 {
+		r.exitCode = code
+	}
+	r.mu.Unlock()
+	if first != 0 {
+		r.cfg.Log.Warn().Int("rank", r.cfg.Rank).Int("exit_code", code).Int("first_exit_code", first).
+			Msg("teardown already under way; ignoring a second exit")
+		return
+	}
+	r.exitClaimed(code)
+}
+
+// Escalate is the escalation path for a failure outside the actors (a
+// communicator restart that could not complete): unless a teardown is
+// already under way it dumps the flight recorder with reason and exits the
+// process with ExitEscalate, so that rankrunner restarts the job.
+func (r *Rank) Escalate(reason string) {
+	if !r.claimEscalation() {
+		return
+	}
+	r.cfg.Log.Error().Int("rank", r.cfg.Rank).Str("reason", reason).Int("exit_code", ExitEscalate).Msg("escalating: tearing the process down")
+	if r.Events != nil {
+		r.Events.Emit(actors.Event{Kind: actors.KindRestart, Action: Escalate.String(), Error: reason})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := r.dumper.Dump(ctx, reason); err != nil {
+		r.cfg.Log.Error().Err(err).Int("rank", r.cfg.Rank).Msg("escalation dump failed")
+	}
+	cancel()
+	r.exitEscalated(ExitEscalate)
+}
+
+// exitClaimed flushes events (at most 2 s) and ends the process; the
+// caller has claimed the exit.
+func (r *Rank) exitClaimed(code int) {
 	if r.Events != nil {
 		_ = r.Events.Close(2 * time.Second)
 	}

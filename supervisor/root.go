@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +47,59 @@ func (d Decision) String() string {
 	return fmt.Sprintf("Decision(%d)", uint8(d))
 }
 
+// PanicPolicy is what a panic in one of the rank's actors (a communicator
+// actor above all) leads to (RANKTREE_ACTOR_PANIC). The zero value means
+// "unset" and behaves as PanicEscalate.
+type PanicPolicy uint8
+
+// Panic policies.
+const (
+	// PanicEscalate (default): dump the flight recorder and exit the
+	// process with ExitEscalate, so that rankrunner restarts the job
+	// (torchrun's answer to a failed worker).
+	PanicEscalate PanicPolicy = iota + 1
+	// PanicRestart: restart the actor in place (it keeps its state). A
+	// communicator's panic also breaks its group: the panicking op fails
+	// with comm.ErrEngine, the watchdog aborts the communicator and writes
+	// abort/<comm-id>, and every member's runtime re-creates the group under
+	// the next epoch (ranktree.Runtime's restart policy, restart.go). Needs
+	// ErrorHandling CleanupOnly, which it selects when unset.
+	PanicRestart
+)
+
+// String is the policy's name: escalate or restart.
+func (p PanicPolicy) String() string {
+	switch p {
+	case PanicEscalate:
+		return "escalate"
+	case PanicRestart:
+		return "restart"
+	case 0:
+		return "unset"
+	}
+	return fmt.Sprintf("PanicPolicy(%d)", uint8(p))
+}
+
+// ParsePanicPolicy parses "escalate" or "restart" (case-insensitive).
+func ParsePanicPolicy(s string) (PanicPolicy, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "escalate":
+		return PanicEscalate, nil
+	case "restart":
+		return PanicRestart, nil
+	}
+	return 0, fmt.Errorf("want escalate or restart")
+}
+
+// Decide is the policy as a RootConfig.Policy: Restart for PanicRestart,
+// Escalate otherwise, whatever the child.
+func (p PanicPolicy) Decide(*actor.PID, any) Decision {
+	if p == PanicRestart {
+		return Restart
+	}
+	return Escalate
+}
+
 // RootConfig configures the rank's supervision root.
 type RootConfig struct {
 	Rank int
@@ -58,10 +112,18 @@ type RootConfig struct {
 	Within      time.Duration
 	// OnStopped runs, on its own goroutine, after a StopChild decision.
 	OnStopped func(child *actor.PID, reason any)
-	Dumper    DumpWriter     // nil: no dump on escalation
-	Events    EventSink      // nil: no events
-	Exit      func(code int) // nil: os.Exit
-	Log       zerolog.Logger
+	// OnRestarted runs, on its own goroutine, after a Restart decision.
+	OnRestarted func(child *actor.PID, reason any)
+	// Escalating, if not nil, is called when an escalation begins, before
+	// the dump; if it returns false another teardown of the process is
+	// already under way and the root neither dumps nor exits. StartRank
+	// uses it so that the process exits once, with ExitEscalate, even if
+	// the watchdog reacts to the same panic's failed op meanwhile.
+	Escalating func() bool
+	Dumper     DumpWriter     // nil: no dump on escalation
+	Events     EventSink      // nil: no events
+	Exit       func(code int) // nil: os.Exit
+	Log        zerolog.Logger
 }
 
 // Root is the rank's supervision root (a protoactor actor): the
@@ -76,7 +138,10 @@ type Root struct {
 	once   sync.Once
 }
 
-type spawnReq struct{ props *actor.Props }
+type spawnReq struct {
+	props  *actor.Props
+	prefix string // "": a generated name
+}
 
 // StartRoot spawns the root actor in system.
 func StartRoot(system *actor.ActorSystem, cfg RootConfig) *Root {
@@ -92,7 +157,11 @@ func StartRoot(system *actor.ActorSystem, cfg RootConfig) *Root {
 	r := &Root{cfg: cfg, system: system}
 	props := actor.PropsFromFunc(func(ctx actor.Context) {
 		if m, ok := ctx.Message().(spawnReq); ok {
-			ctx.Respond(ctx.Spawn(m.props))
+			if m.prefix != "" {
+				ctx.Respond(ctx.SpawnPrefix(m.props, m.prefix))
+			} else {
+				ctx.Respond(ctx.Spawn(m.props))
+			}
 		}
 	}, actor.WithSupervisor(rootStrategy{r}))
 	r.pid = system.Root.SpawnPrefix(props, fmt.Sprintf("rank%d-root-", cfg.Rank))
@@ -104,8 +173,12 @@ func (r *Root) PID() *actor.PID { return r.pid }
 
 // Spawn starts a child of the root (actors.Spawner), so that its panics
 // reach Policy. It returns nil if the root has stopped.
-func (r *Root) Spawn(props *actor.Props) *actor.PID {
-	res, err := r.system.Root.RequestFuture(r.pid, spawnReq{props: props}, 10*time.Second).Result()
+func (r *Root) Spawn(props *actor.Props) *actor.PID { return r.SpawnPrefix(props, "") }
+
+// SpawnPrefix is Spawn with a child id starting with prefix (the
+// communicator actors name themselves "comm-<group>-e<epoch>-").
+func (r *Root) SpawnPrefix(props *actor.Props, prefix string) *actor.PID {
+	res, err := r.system.Root.RequestFuture(r.pid, spawnReq{props: props, prefix: prefix}, 10*time.Second).Result()
 	if err != nil {
 		r.cfg.Log.Error().Err(err).Int("rank", r.cfg.Rank).Msg("supervision root: spawn failed")
 		return nil
@@ -156,6 +229,9 @@ func (s rootStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, 
 	switch d {
 	case Restart:
 		sup.RestartChildren(child)
+		if cfg.OnRestarted != nil {
+			go cfg.OnRestarted(child, reason)
+		}
 	case StopChild:
 		sup.StopChildren(child)
 		if cfg.OnStopped != nil {
@@ -163,6 +239,10 @@ func (s rootStrategy) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, 
 		}
 	default:
 		sup.StopChildren(child)
+		if cfg.Escalating != nil && !cfg.Escalating() {
+			cfg.Log.Warn().Int("rank", cfg.Rank).Str("child", child.Id).Msg("escalation skipped: the process is already being torn down")
+			return
+		}
 		reasonText := fmt.Sprintf("actor %s panicked: %v", child.Id, reason)
 		if cfg.Dumper != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
