@@ -15,12 +15,21 @@ import (
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu"
+	"github.com/ranktree/ranktree/comm/cuda/nvmlinfo"
+	"github.com/ranktree/ranktree/comm/nccl"
 	"github.com/ranktree/ranktree/supervisor"
 )
 
 // EnvTransport selects the CPU engine's transport: "auto" (default: shared
 // memory between ranks on one host, TCP otherwise), "shm" or "tcp".
 const EnvTransport = "RANKTREE_TRANSPORT"
+
+// EnvBackend selects the collective engine of every process group: "cpu"
+// (the default: the built-in CPU engine, host buffers) or "nccl" (NCCL and
+// the CUDA driver loaded at run time, device buffers; the rank's GPU is
+// LOCAL_RANK modulo the node's GPU count). torch.distributed's
+// init_process_group(backend=...).
+const EnvBackend = "RANKTREE_BACKEND"
 
 // EnvFault injects faults into the CPU engine (see comm.ParseFaults and
 // docs/faults.md), e.g. "hang@rank=1,seq=5". Unset in normal runs. A fault
@@ -99,6 +108,7 @@ type groups struct {
 	system  *actor.ActorSystem
 	factory comm.BackendFactory
 	faults  []comm.Fault
+	device  int // CUDA device ordinal for GPU engines, -1 for host
 	sup     supervisor.Config
 	sv      *supervisor.Rank
 	world   atomic.Pointer[comm.ProcessGroup]
@@ -175,9 +185,21 @@ func (l *supervisedLauncher) Close(ctx context.Context) error {
 // every rank of the job; it runs at the end of Init.
 func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 	g := &r.grp
-	g.factory = c.backend
+	g.factory, g.device = c.backend, -1
 	if g.factory == nil {
-		g.factory = cpu.Factory(cpu.Options{Transport: os.Getenv(EnvTransport)})
+		switch b := os.Getenv(EnvBackend); b {
+		case "", "cpu":
+			g.factory = cpu.Factory(cpu.Options{Transport: os.Getenv(EnvTransport)})
+		case "nccl":
+			g.factory, g.device = nccl.Factory(nccl.Options{}), r.localRank
+			if n, err := nvmlinfo.Count(); err == nil && n > 0 {
+				if d, err := nvmlinfo.LocalDevice(r.localRank, n); err == nil {
+					g.device = d
+				}
+			}
+		default:
+			return &EnvError{Var: EnvBackend, Value: b, Msg: `want "cpu" or "nccl"`}
+		}
 	}
 	if s := os.Getenv(EnvFault); s != "" {
 		faults, err := comm.ParseFaults(s)
@@ -331,7 +353,7 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	log := r.log.With().Str("group", spec.Name).Uint32("epoch", epoch).Logger()
 	be, err := g.factory(ctx, comm.BackendConfig{
 		Group: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks),
-		GlobalRanks: spec.GlobalRanks, Store: r.st, Device: -1, Timeout: r.timeout,
+		GlobalRanks: spec.GlobalRanks, Store: r.st, Device: g.device, Timeout: r.timeout,
 		Faults: g.faults, Log: log,
 	})
 	if err != nil {
@@ -342,7 +364,7 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	}
 	watched := &panicAwareEngine{Backend: be}
 	obs := g.sv.AttachGroup(supervisor.GroupSpec{Name: spec.Name, Epoch: epoch, Engine: be.Name(),
-		Members: spec.GlobalRanks, Timeout: spec.Timeout}, spec.Rank, watched)
+		Members: spec.GlobalRanks, Timeout: spec.Timeout, Detail: deviceDetail(be)}, spec.Rank, watched)
 	// The rank's supervision root is the actor's parent: its panics follow
 	// the policy (RANKTREE_ACTOR_PANIC).
 	cm, err := actors.NewCommunicator(g.system, be, actors.CommunicatorConfig{Group: spec.Name, Epoch: epoch, Observer: obs,
@@ -380,4 +402,16 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 		r.autoRestart(l, rec)
 	}
 	return pg, nil
+}
+
+// deviceDetail describes a GPU engine's device for the comm_init event
+// (NVML UUID, PCI bus id, name, NCCL version); nil for host engines.
+func deviceDetail(be comm.Backend) map[string]string {
+	e, ok := be.(interface{ DeviceInfo() nccl.DeviceInfo })
+	if !ok {
+		return nil
+	}
+	d := e.DeviceInfo()
+	return map[string]string{"device": fmt.Sprint(d.Ordinal), "device_name": d.Name, "uuid": d.UUID,
+		"pci_bus_id": d.PCIBusID, "nccl_version": d.NCCLVersion}
 }

@@ -258,8 +258,11 @@ func (r *Rank) AttachGroup(spec GroupSpec, groupRank int, engine Engine) actors.
 	r.Recorder.AddGroup(spec.Name, spec.Epoch, groupRank, spec.Members)
 	r.Watchdog.Register(spec, engine, engine)
 	if r.Events != nil {
-		r.Events.Emit(actors.Event{Kind: actors.KindCommInit, Group: spec.Name, Epoch: spec.Epoch,
-			Detail: map[string]string{"engine": spec.Engine, "members": fmt.Sprint(spec.Members)}})
+		detail := map[string]string{"engine": spec.Engine, "members": fmt.Sprint(spec.Members)}
+		for k, v := range spec.Detail {
+			detail[k] = v
+		}
+		r.Events.Emit(actors.Event{Kind: actors.KindCommInit, Group: spec.Name, Epoch: spec.Epoch, Detail: detail})
 	}
 	name := spec.Name
 	return actors.Observers{

@@ -81,6 +81,9 @@ type GroupSpec struct {
 	Engine  string        // "cpu", "nccl": named in *comm.EngineError
 	Members []int         // global ranks, by group rank
 	Timeout time.Duration // the group's default deadline (0: the previous epoch's, else the core's)
+	// Detail is added to the group's comm_init event (device UUID, PCI bus
+	// id, NCCL version for the NCCL engine).
+	Detail map[string]string
 }
 
 // WatchdogEvent is an input to WatchdogCore.Step.
