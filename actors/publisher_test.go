@@ -304,3 +304,65 @@ func BenchmarkPublisherEmit(b *testing.B) {
 		p.Emit(ev)
 	}
 }
+
+// TestPublisherBatchesOnTimer checks the batch path: Emit wakes nothing,
+// the queued events are published in order once FlushInterval passes, an
+// error event is published at once, and Close publishes what is queued.
+func TestPublisherBatchesOnTimer(t *testing.T) {
+	rec := &recordingPublisher{}
+	const interval = 150 * time.Millisecond
+	p := newTestPublisher(t, rec, PublisherConfig{Job: "j", FlushInterval: interval})
+	start := time.Now()
+	for i := 1; i <= 100; i++ {
+		p.Emit(Event{Kind: KindWork, Seq: uint64(i), State: StateScheduled})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, evs := rec.events(); len(evs) == 100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("queued events were never published")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(start); d < interval {
+		t.Errorf("batch published after %v, before the flush interval %v", d, interval)
+	}
+	_, evs := rec.events()
+	for i, ev := range evs {
+		if ev.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d: published out of order", i, ev.Seq)
+		}
+	}
+
+	// An error event goes out at once even with a long interval, and takes
+	// the events queued before it along, in order.
+	rec2 := &recordingPublisher{}
+	p2 := newTestPublisher(t, rec2, PublisherConfig{Job: "j", FlushInterval: time.Hour})
+	p2.Emit(Event{Kind: KindWork, Seq: 1, State: StateScheduled})
+	p2.Emit(Event{Kind: KindWork, Seq: 1, State: StateFailed, Error: "boom"})
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if _, evs := rec2.events(); len(evs) == 2 {
+			if evs[0].State != StateScheduled || evs[1].State != StateFailed {
+				t.Fatalf("events out of order: %+v", evs)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an error event waited for the flush interval")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	// Close flushes the queue.
+	p2.Emit(Event{Kind: KindWork, Seq: 2, State: StateScheduled})
+	p2.Emit(Event{Kind: KindWork, Seq: 2, State: StateCompleted})
+	if err := p2.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, evs := rec2.events(); len(evs) != 4 || evs[3].Seq != 2 || evs[3].State != StateCompleted {
+		t.Fatalf("Close did not publish the queued events: %+v", evs)
+	}
+}

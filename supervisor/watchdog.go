@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -65,13 +66,29 @@ type WatchdogConfig struct {
 // Observer), from Work completions it polls, from engines' async errors it
 // polls and from the store's abort/ and progress/ prefixes it watches (a
 // push), and carries out the core's actions. All its state is owned by the
-// actor goroutine; the methods below only send messages.
+// actor goroutine; the methods below only hand it messages.
+//
+// The per-op path (Track, the Observer) costs O(1) and wakes no goroutine:
+// it appends the Work to the inbox, a mutex-guarded list that the actor
+// drains at its next tick and before every other message, so the inbox
+// keeps the order of Track against Register, Deregister and SetTimeout
+// (which do wake the actor). A Work is thus seen at the latest one
+// WatchdogInterval after it was scheduled; its deadline counts from its
+// creation (Timings.Created), so it is enforced as before, within about a
+// tick. While some group is aborted, Track wakes the actor too, so a Work
+// launched on it fails at once (c10d fails such Works immediately).
 type Watchdog struct {
 	cfg  WatchdogConfig
 	core *WatchdogCore
 
 	system *actor.ActorSystem
 	pid    *actor.PID
+
+	// The inbox: written by any goroutine, drained by the actor.
+	inMu    sync.Mutex
+	inbox   []any       // TrackWork, RegisterGroup, DeregisterGroup, SetGroupTimeout
+	spare   []any       // the actor's emptied last batch, the next inbox (actor only)
+	aborted atomic.Bool // some group is aborted: Track wakes the actor
 
 	// Owned by the actor.
 	nextID   WorkID
@@ -119,9 +136,12 @@ type (
 		FP      comm.Fingerprint
 		Timeout time.Duration // per-op override (0: the group's)
 		Work    *comm.Work
+
+		announced bool // Track published the scheduled event already
 	}
 	watchdogTick  struct{}
 	watchdogStore struct{ ev store.Event }
+	watchdogDrain struct{} // the inbox has messages that must not wait for the tick
 )
 
 // NewWatchdog validates cfg and returns an unstarted watchdog.
@@ -173,23 +193,59 @@ func (wd *Watchdog) PID() *actor.PID { return wd.pid }
 
 // Register starts watching group's communicator.
 func (wd *Watchdog) Register(spec GroupSpec, abort Abortable, async AsyncErrorSource) {
-	wd.system.Root.Send(wd.pid, RegisterGroup{Spec: spec, Comm: abort, Async: async})
+	wd.post(RegisterGroup{Spec: spec, Comm: abort, Async: async}, true)
 }
 
 // Deregister stops watching group.
 func (wd *Watchdog) Deregister(group string) {
-	wd.system.Root.Send(wd.pid, DeregisterGroup{Group: group})
+	wd.post(DeregisterGroup{Group: group}, true)
 }
 
 // SetTimeout sets group's default deadline for later Works.
 func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
-	wd.system.Root.Send(wd.pid, SetGroupTimeout{Group: group, Timeout: d})
+	wd.post(SetGroupTimeout{Group: group, Timeout: d}, true)
 }
 
-// Track puts w (fingerprint fp, per-op timeout or 0) under the watchdog.
-// It never blocks.
+// Track puts w (fingerprint fp, per-op timeout or 0) under the watchdog and
+// publishes its scheduled event. It never blocks and, unless a group is
+// aborted, wakes no goroutine: the watchdog picks w up at its next tick
+// (see Watchdog).
 func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, w *comm.Work) {
-	wd.system.Root.Send(wd.pid, TrackWork{Group: group, FP: fp, Timeout: timeout, Work: w})
+	m := TrackWork{Group: group, FP: fp, Timeout: timeout, Work: w, announced: wd.cfg.Events != nil}
+	if m.announced {
+		wd.emitWork(&watched{w: w, group: group, epoch: fp.Epoch, fp: fp}, actors.StateScheduled)
+	}
+	wd.post(m, wd.aborted.Load())
+}
+
+// post appends m to the inbox; wake sends the actor a drain message.
+func (wd *Watchdog) post(m any, wake bool) {
+	wd.inMu.Lock()
+	wd.inbox = append(wd.inbox, m)
+	wd.inMu.Unlock()
+	if wake {
+		wd.system.Root.Send(wd.pid, watchdogDrain{})
+	}
+}
+
+// drain handles the inbox's messages in order (actor goroutine only).
+func (wd *Watchdog) drain() {
+	for {
+		wd.inMu.Lock()
+		batch := wd.inbox
+		if len(batch) > 0 {
+			wd.inbox, wd.spare = wd.spare, nil
+		}
+		wd.inMu.Unlock()
+		if len(batch) == 0 {
+			return
+		}
+		for i, m := range batch {
+			wd.handle(m)
+			batch[i] = nil
+		}
+		wd.spare = batch[:0]
+	}
 }
 
 // Observer returns the actors.Observer to give group's communicator actor:
@@ -231,6 +287,28 @@ func (a *watchdogActor) Receive(ctx actor.Context) {
 		if wd.cancel != nil {
 			wd.cancel()
 		}
+		// Publish what happened since the last tick (the Works of the
+		// inbox included), so that a Close right after the last op loses
+		// no Work event; the core is not stepped (no actions on the way out).
+		wd.drain()
+		wd.pollWorks(false)
+	case watchdogDrain:
+		wd.drain()
+	case watchdogTick:
+		wd.drain()
+		wd.tick()
+	case watchdogStore:
+		wd.drain()
+		wd.storeEvent(m.ev)
+	case TrackWork, RegisterGroup, DeregisterGroup, SetGroupTimeout:
+		wd.drain()
+		wd.handle(m)
+	}
+}
+
+// handle carries out one inbox message (actor goroutine only).
+func (wd *Watchdog) handle(msg any) {
+	switch m := msg.(type) {
 	case RegisterGroup:
 		spec := m.Spec
 		if spec.CommID == "" {
@@ -257,10 +335,6 @@ func (a *watchdogActor) Receive(ctx actor.Context) {
 		wd.apply(wd.core.Step(EvSetTimeout{Group: m.Group, Timeout: m.Timeout}))
 	case TrackWork:
 		wd.track(m)
-	case watchdogTick:
-		wd.tick()
-	case watchdogStore:
-		wd.storeEvent(m.ev)
 	}
 }
 
@@ -310,34 +384,15 @@ func (wd *Watchdog) track(m TrackWork) {
 	wd.nextID++
 	id := wd.nextID
 	wd.works[id] = &watched{w: m.Work, group: m.Group, epoch: m.FP.Epoch, fp: m.FP}
-	wd.emitWork(wd.works[id], actors.StateScheduled)
+	if !m.announced {
+		wd.emitWork(wd.works[id], actors.StateScheduled)
+	}
 	wd.apply(wd.core.Step(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Work.Timings().Created}))
 }
 
 // tick polls Works and engines, then lets the core check deadlines.
 func (wd *Watchdog) tick() {
-	ids := make([]WorkID, 0, len(wd.works))
-	for id := range wd.works {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		tw := wd.works[id]
-		if tw == nil {
-			continue
-		}
-		if !tw.started && !tw.w.Timings().Started.IsZero() {
-			tw.started = true
-			wd.emitWork(tw, actors.StateStarted)
-			wd.apply(wd.core.Step(EvStarted{ID: id}))
-		}
-		if tw.w.IsCompleted() {
-			delete(wd.works, id)
-			err := tw.w.Err()
-			wd.emitWork(tw, stateOf(err))
-			wd.apply(wd.core.Step(EvCompleted{ID: id, Err: err}))
-		}
-	}
+	wd.pollWorks(true)
 	names := make([]string, 0, len(wd.groups))
 	for n := range wd.groups {
 		names = append(names, n)
@@ -356,6 +411,38 @@ func (wd *Watchdog) tick() {
 	}
 	wd.apply(wd.core.Step(EvTick{Now: wd.cfg.Now()}))
 	wd.cfg.Heartbeat.Beat()
+}
+
+// pollWorks publishes the start and completion of tracked Works, in
+// tracking order, and forgets completed ones; with step it also feeds them
+// to the core and carries out its actions.
+func (wd *Watchdog) pollWorks(step bool) {
+	ids := make([]WorkID, 0, len(wd.works))
+	for id := range wd.works {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		tw := wd.works[id]
+		if tw == nil {
+			continue
+		}
+		if !tw.started && !tw.w.Timings().Started.IsZero() {
+			tw.started = true
+			wd.emitWork(tw, actors.StateStarted)
+			if step {
+				wd.apply(wd.core.Step(EvStarted{ID: id}))
+			}
+		}
+		if tw.w.IsCompleted() {
+			delete(wd.works, id)
+			err := tw.w.Err()
+			wd.emitWork(tw, stateOf(err))
+			if step {
+				wd.apply(wd.core.Step(EvCompleted{ID: id, Err: err}))
+			}
+		}
+	}
 }
 
 func stateOf(err error) string {
@@ -415,6 +502,7 @@ func (wd *Watchdog) apply(acts []Action) {
 			}
 		case ActAbortComm:
 			log.Error().Err(a.Reason).Int("rank", wd.cfg.Rank).Str("group", a.Group).Msg("watchdog: aborting communicator")
+			wd.aborted.Store(true) // later Tracks fail fast (see Watchdog)
 			g := wd.groups[a.Group]
 			if g != nil && g.abort != nil {
 				g.abort.Abort(a.Reason)
@@ -485,8 +573,18 @@ func (wd *Watchdog) emitWork(tw *watched, state string) {
 	} else {
 		ev.Seq = tw.fp.Seq
 	}
+	// Stamp the event with the Work's own time of the change: the watchdog
+	// sees starts and completions at its tick, after the fact.
+	t := tw.w.Timings()
+	switch state {
+	case actors.StateScheduled:
+		ev.Time = t.Created
+	case actors.StateStarted:
+		ev.Time = t.Started
+	default:
+		ev.Time = t.Completed
+	}
 	if state == actors.StateCompleted || state == actors.StateFailed {
-		t := tw.w.Timings()
 		from := t.Started
 		if from.IsZero() {
 			from = t.Created

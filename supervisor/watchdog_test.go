@@ -3,10 +3,12 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,5 +375,134 @@ func TestWatchdogTearDownExitsProcess(t *testing.T) {
 	d, err := ParseDump(b)
 	if err != nil || !strings.Contains(d.Reason, "timeout") || len(d.Entries) != 1 || d.Entries[0].State != actors.StateFailed {
 		t.Errorf("dump %+v, %v", d, err)
+	}
+}
+
+// TestWatchdogTrackIsBatchedPerTick checks the per-op path: Track wakes
+// nothing, and the next tick picks up every tracked Work in order and
+// publishes its scheduled, started and completed events; a Work past its
+// deadline still fails within about a tick; once a group is aborted, a
+// newly tracked Work fails at once instead of at the next tick.
+func TestWatchdogTrackIsBatchedPerTick(t *testing.T) {
+	rec := &recorder{}
+	const tick = 400 * time.Millisecond
+	wd, err := NewWatchdog(WatchdogConfig{Rank: 0, Dumper: rec, Events: rec, Exit: rec.Exit,
+		Cfg: Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: tick}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.Start(newSystem(), nil)
+	t.Cleanup(func() { _ = wd.Stop(5 * time.Second) })
+	wd.Register(GroupSpec{Name: "g", Members: []int{0}, Timeout: 150 * time.Millisecond}, &fakeEngine{}, nil)
+
+	const n = 50
+	works := make([]*comm.Work, n)
+	for i := range works {
+		works[i] = comm.NewWork(comm.OpAllReduce)
+		wd.Track("g", fpAt(uint64(i+1)), 0, works[i])
+		works[i].MarkStarted()
+		works[i].Complete(nil)
+	}
+	stuck := comm.NewWork(comm.OpAllReduce)
+	wd.Track("g", fpAt(n+1), 0, stuck)
+	tracked := time.Now()
+
+	err = waitWork(t, stuck, 10*time.Second)
+	if !errors.Is(err, comm.ErrTimeout) {
+		t.Fatalf("stuck work: %v, want ErrTimeout", err)
+	}
+	if d := time.Since(tracked); d > 150*time.Millisecond+3*tick {
+		t.Errorf("deadline of 150ms enforced only after %v (tick %v)", d, tick)
+	}
+	_, evs := rec.snapshot()
+	var states []string
+	next := map[uint64]string{}
+	for _, ev := range evs {
+		if ev.Kind != actors.KindWork || ev.Seq > n {
+			continue
+		}
+		want := map[string]string{"": actors.StateScheduled, actors.StateScheduled: actors.StateStarted,
+			actors.StateStarted: actors.StateCompleted}[next[ev.Seq]]
+		if ev.State != want {
+			t.Fatalf("seq %d: event %q after %q, want %q", ev.Seq, ev.State, next[ev.Seq], want)
+		}
+		next[ev.Seq] = ev.State
+		states = append(states, ev.State)
+	}
+	if len(states) != 3*n {
+		t.Fatalf("%d work events for %d completed works, want %d", len(states), n, 3*n)
+	}
+
+	// The group is aborted now: a new Work fails long before the next tick.
+	w := comm.NewWork(comm.OpAllReduce)
+	start := time.Now()
+	wd.Track("g", fpAt(n+2), 0, w)
+	err = waitWork(t, w, 10*time.Second)
+	if !errors.Is(err, comm.ErrAborted) {
+		t.Fatalf("work on an aborted group: %v, want ErrAborted", err)
+	}
+	if d := time.Since(start); d > tick/2 {
+		t.Errorf("work on an aborted group failed after %v; want at once, not at the tick (%v)", d, tick)
+	}
+}
+
+// TestWatchdogStopPublishesPendingWorkEvents checks that Works tracked since
+// the last tick still get their events when the watchdog stops (a Close
+// right after the last op).
+func TestWatchdogStopPublishesPendingWorkEvents(t *testing.T) {
+	rec := &recorder{}
+	wd, err := NewWatchdog(WatchdogConfig{Rank: 0, Events: rec, Exit: rec.Exit,
+		Cfg: Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.Start(newSystem(), nil)
+	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
+	done, open := comm.NewWork(comm.OpAllReduce), comm.NewWork(comm.OpAllReduce)
+	wd.Track("g", fpAt(1), 0, done)
+	wd.Track("g", fpAt(2), 0, open)
+	done.MarkStarted()
+	done.Complete(nil)
+	if err := wd.Stop(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, evs := rec.snapshot()
+	var got []string
+	for _, ev := range evs {
+		if ev.Kind == actors.KindWork {
+			got = append(got, fmt.Sprintf("%d:%s", ev.Seq, ev.State))
+		}
+	}
+	want := []string{"1:scheduled", "2:scheduled", "1:started", "1:completed"}
+	if !slices.Equal(got, want) {
+		t.Errorf("work events at stop: %v, want %v", got, want)
+	}
+	if open.IsCompleted() {
+		t.Errorf("stopping the watchdog completed an in-flight Work: %v", open.Err())
+	}
+}
+
+// BenchmarkWatchdogTrack measures Track, what the observer costs a launch
+// per op (with an event sink, so the scheduled event is included).
+func BenchmarkWatchdogTrack(b *testing.B) {
+	rec := &recorder{}
+	wd, err := NewWatchdog(WatchdogConfig{Rank: 0, Events: rec, Exit: rec.Exit,
+		Cfg: Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: 10 * time.Millisecond}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	wd.Start(newSystem(), nil)
+	defer func() { _ = wd.Stop(10 * time.Second) }()
+	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		w := comm.NewWork(comm.OpAllReduce)
+		wd.Track("g", fpAt(uint64(i+1)), 0, w)
+		w.Complete(nil)
+		if i%4096 == 0 {
+			rec.mu.Lock()
+			rec.events = rec.events[:0]
+			rec.mu.Unlock()
+		}
 	}
 }
