@@ -3,6 +3,8 @@ package launcher
 import (
 	"errors"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,8 +83,16 @@ func TestRankEnv(t *testing.T) {
 		got[k] = v // later entries win, as in os/exec
 	}
 	want := map[string]string{"PATH": "/bin", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
-		"GROUP_RANK": "1", "RANKTREE_RESTART_COUNT": "2", "RANKTREE_NATS_URL": "nats://h:1", "RANKTREE_JOB": "j1"}
+		"GROUP_RANK": "1", "RANKTREE_RESTART_COUNT": "2", "RANKTREE_NATS_URL": "nats://h:1", "RANKTREE_JOB": "j1",
+		"GOMAXPROCS": strconv.Itoa(max(1, runtime.NumCPU()/2))}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("env %v, want %v", got, want)
+	}
+	// A GOMAXPROCS the user set is kept.
+	c.Env = append(c.Env, "GOMAXPROCS=7")
+	for _, kv := range rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2) {
+		if k, v, _ := strings.Cut(kv, "="); k == "GOMAXPROCS" && v != "7" {
+			t.Fatalf("GOMAXPROCS=%s overrides the user's 7", v)
+		}
 	}
 }
