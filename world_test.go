@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/internal/testrank"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -48,20 +49,12 @@ func startRanks(t *testing.T, n int, opts ...Option) []*Runtime {
 	return rts
 }
 
-// eachRank runs f for every rank concurrently and fails on the first error.
+// eachRank runs f for every rank concurrently (testrank.Ranks: a hang is
+// reported with the ranks that did not finish) and fails on any error.
 func eachRank(t *testing.T, rts []*Runtime, f func(rt *Runtime) error) {
 	t.Helper()
-	var wg sync.WaitGroup
-	errs := make([]error, len(rts))
-	for i, rt := range rts {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = f(rt) }()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", i, err)
-		}
+	if err := testrank.Ranks(len(rts), 60*time.Second, func(r int) error { return f(rts[r]) }); err != nil {
+		t.Fatal(err)
 	}
 }
 
