@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# bench-compare.sh: ranktree's CPU allreduce side by side with Gloo and Open MPI.
+#
+# Measures, in one run on this machine, 2 ranks, float32 sum (issue 3,
+# "Performance goals"; the table in docs/benchmarks.md comes from it):
+#   ranktree  examples/allreduce-bench under cmd/rankrunner, --transport shm and tcp
+#   gloo      torch.distributed, backend gloo, tcp:// store on 127.0.0.1 (scripts/bench/gloo_allreduce.py)
+#   openmpi   mpi4py Allreduce on numpy buffers under mpirun, default BTLs (shared memory)
+#             (scripts/bench/mpi_allreduce.py)
+#   launch    go test -run '^$' -bench Launch ./actors/ (actor launch overhead)
+#   baseline  memcpy and one loopback TCP stream of LARGE bytes, before and after
+#             the peers (scripts/bench/baseline.py), to show what the load left
+# Every peer is timed the same way as allreduce-bench: warm-up, barrier, timed
+# in-place allreduces, slowest rank per iteration (Max allreduce), median.
+# Peers run round-robin ROUNDS times; the figure is the median over rounds.
+# The ratios use the better of a peer's rows (e.g. Open MPI bound and unbound).
+#
+# Usage: scripts/bench-compare.sh [OUTDIR]
+#   OUTDIR defaults to ${TMPDIR:-/tmp}/ranktree-bench-<UTC time>. It receives
+#   results.md, results.json, meta.json, raw/records.jsonl (one JSON record
+#   per peer, transport, size and round), raw/baseline.jsonl, raw/launch.txt
+#   and raw/*.log.
+#
+# Environment (defaults in brackets):
+#   PY            python with torch, mpi4py, numpy [/usr/bin/python3: Debian's,
+#                 not a pyenv/venv python, which lacks python3-torch]
+#   ROUNDS [3]    SMALL [4] LARGE [64MiB]   TRANSPORTS ["shm tcp"]
+#   ITERS_SMALL [1000] WARMUP_SMALL [100] ITERS_LARGE [20] WARMUP_LARGE [3]
+#   PEERS ["ranktree gloo openmpi"]   LAUNCH_BENCH [1: run the actors benchmark]
+#   LAUNCH_COUNT [3]                  NO_INSTALL [unset: apt-get install what is missing]
+#   MPI_BINDS ["default none"]: one Open MPI run per entry, "default" with
+#                 mpirun's own binding (a core per rank), others as --bind-to X
+#
+# Missing peers are installed with apt-get (python3-torch, openmpi-bin,
+# python3-mpi4py; root or sudo needed). Not part of CI: it takes a few
+# minutes and its figures depend on the machine and its load.
+set -euo pipefail
+export PYTHONDONTWRITEBYTECODE=1 # keep scripts/bench free of __pycache__
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BENCH="$ROOT/scripts/bench"
+OUT=${1:-${TMPDIR:-/tmp}/ranktree-bench-$(date -u +%Y%m%dT%H%M%SZ)}
+PY=${PY:-/usr/bin/python3}
+NPROC=2
+ROUNDS=${ROUNDS:-3}
+SMALL=${SMALL:-4}
+LARGE=${LARGE:-64MiB}
+TRANSPORTS=${TRANSPORTS:-shm tcp}
+PEERS=${PEERS:-ranktree gloo openmpi}
+ITERS_SMALL=${ITERS_SMALL:-1000}
+WARMUP_SMALL=${WARMUP_SMALL:-100}
+ITERS_LARGE=${ITERS_LARGE:-20}
+WARMUP_LARGE=${WARMUP_LARGE:-3}
+LAUNCH_BENCH=${LAUNCH_BENCH:-1}
+LAUNCH_COUNT=${LAUNCH_COUNT:-3}
+RUN_TIMEOUT=${RUN_TIMEOUT:-600}
+MPI_BINDS=${MPI_BINDS:-default none}
+
+log() { printf '[bench-compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# install_peers installs the Debian packages of the peers that are missing.
+install_peers() {
+	local need=()
+	command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+	"$PY" -c 'import numpy' >/dev/null 2>&1 || need+=(python3-numpy)
+	"$PY" -c 'import torch.distributed' >/dev/null 2>&1 || need+=(python3-torch)
+	"$PY" -c 'import mpi4py' >/dev/null 2>&1 || need+=(python3-mpi4py)
+	[ ${#need[@]} -eq 0 ] && return 0
+	if [ -n "${NO_INSTALL:-}" ]; then
+		log "missing ${need[*]} and NO_INSTALL is set"
+		return 1
+	fi
+	local sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	log "installing ${need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	if ! "${sudo[@]}" apt-get install -y "${need[@]}" >"$OUT/raw/apt.log" 2>&1; then
+		"${sudo[@]}" apt-get update >>"$OUT/raw/apt.log" 2>&1
+		"${sudo[@]}" apt-get install -y "${need[@]}" >>"$OUT/raw/apt.log" 2>&1
+	fi
+}
+
+# record PEER TRANSPORT ROUND LOG: appends LOG's rank-0 JSON records, tagged.
+record() {
+	if ! "$PY" "$BENCH/tag.py" --set "peer=$1" --set "transport=$2" --set "round=$3" \
+		<"$4" >>"$OUT/raw/records.jsonl"; then
+		log "no results from $1/$2 round $3; see $4"
+		tail -5 "$4" >&2 || true
+	fi
+}
+
+run_ranktree() { # ROUND
+	local tr
+	for tr in $TRANSPORTS; do
+		local lg="$OUT/raw/ranktree-$tr-r$1.log"
+		: >"$lg"
+		log "ranktree $tr, round $1"
+		timeout "$RUN_TIMEOUT" "$OUT/bin/rankrunner" --nproc-per-node "$NPROC" "$OUT/bin/allreduce-bench" \
+			--collective allreduce --op sum --dtype float32 --sizes "$SMALL" \
+			--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" --json >>"$lg" 2>&1 || true
+		timeout "$RUN_TIMEOUT" "$OUT/bin/rankrunner" --nproc-per-node "$NPROC" "$OUT/bin/allreduce-bench" \
+			--collective allreduce --op sum --dtype float32 --sizes "$LARGE" \
+			--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" --json >>"$lg" 2>&1 || true
+		record ranktree "$tr" "$1" "$lg"
+	done
+}
+
+peer_flags=(--sizes "$SMALL,$LARGE" --iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL"
+	--large-iters "$ITERS_LARGE" --large-warmup "$WARMUP_LARGE")
+
+run_gloo() { # ROUND
+	local lg="$OUT/raw/gloo-r$1.log"
+	log "gloo, round $1"
+	timeout "$RUN_TIMEOUT" "$PY" "$BENCH/gloo_allreduce.py" --nproc "$NPROC" "${peer_flags[@]}" >"$lg" 2>&1 || true
+	record gloo "tcp" "$1" "$lg"
+}
+
+run_openmpi() { # ROUND
+	local bind
+	for bind in $MPI_BINDS; do
+		local lg="$OUT/raw/openmpi-$bind-r$1.log" flags=() label=${OMPI_MCA_btl:-shm}
+		if [ "$bind" != default ]; then
+			flags=(--bind-to "$bind")
+			label="$label, --bind-to $bind"
+		fi
+		log "openmpi ($label), round $1"
+		timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$NPROC" "${flags[@]}" \
+			"$PY" "$BENCH/mpi_allreduce.py" "${peer_flags[@]}" >"$lg" 2>&1 || true
+		record openmpi "$label" "$1" "$lg"
+	done
+}
+
+run_baseline() { # WHEN
+	log "baseline ($1): memcpy and loopback TCP of $LARGE"
+	if ! "$PY" "$BENCH/baseline.py" --bytes "$LARGE" 2>>"$OUT/raw/baseline.log" |
+		"$PY" -c 'import json,sys; [print(json.dumps(dict(json.loads(l), when=sys.argv[1]))) for l in sys.stdin]' "$1" \
+			>>"$OUT/raw/baseline.jsonl"; then
+		log "baseline ($1) failed; see $OUT/raw/baseline.log"
+	fi
+}
+
+# pyver MODULE: the module's version, or "missing".
+pyver() { "$PY" -c "import $1; print($1.__version__)" 2>/dev/null || echo missing; }
+
+write_meta() {
+	UPTIME_BEFORE="$UPTIME_BEFORE" UPTIME_AFTER="$(uptime)" \
+		GOVER="$(go version 2>/dev/null || echo missing)" \
+		TORCHVER="$(pyver torch)" MPI4PYVER="$(pyver mpi4py)" NUMPYVER="$(pyver numpy)" \
+		OMPIVER="$(mpirun --version 2>/dev/null | head -1 || echo missing)" \
+		CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
+		GITREV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
+		NOTES="${NOTES:-}" DATE="$START" NPROCS="$(nproc)" HOST="$(hostname)" OUTDIR="$OUT" \
+		WORLD="$NPROC" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
+		"$PY" - <<'PYEOF'
+import json, os
+e = os.environ
+meta = {
+    "date": e["DATE"], "host": e["HOST"], "nproc": int(e["NPROCS"]), "cpu": e["CPU"],
+    "uptime_before": e["UPTIME_BEFORE"].strip(), "uptime_after": e["UPTIME_AFTER"].strip(),
+    "go": e["GOVER"], "torch": e["TORCHVER"], "openmpi": e["OMPIVER"], "mpi4py": e["MPI4PYVER"],
+    "numpy": e["NUMPYVER"], "git": e["GITREV"], "world_size": int(e["WORLD"]), "rounds": int(e["R"]),
+    "iters_small": int(e["IS"]), "warmup_small": int(e["WS"]),
+    "iters_large": int(e["IL"]), "warmup_large": int(e["WL"]), "notes": e["NOTES"],
+}
+with open(os.path.join(e["OUTDIR"], "meta.json"), "w") as f:
+    json.dump(meta, f, indent=2)
+    f.write("\n")
+PYEOF
+}
+
+mkdir -p "$OUT/raw" "$OUT/bin"
+: >"$OUT/raw/records.jsonl"
+: >"$OUT/raw/baseline.jsonl"
+START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+UPTIME_BEFORE=$(uptime)
+log "output in $OUT; load: $UPTIME_BEFORE"
+
+case " $PEERS " in
+*" gloo "* | *" openmpi "*)
+	install_peers || {
+		log "installing the peers failed; see $OUT/raw/apt.log"
+		exit 1
+	}
+	;;
+esac
+
+if [[ " $PEERS " == *" ranktree "* ]]; then
+	log "building rankrunner and allreduce-bench"
+	if ! (cd "$ROOT" && go build -o "$OUT/bin/" ./cmd/rankrunner ./examples/allreduce-bench) >"$OUT/raw/build.log" 2>&1; then
+		log "ranktree build failed (see $OUT/raw/build.log); measuring the peers only"
+		PEERS=${PEERS//ranktree/}
+	fi
+fi
+
+run_baseline before
+for ((round = 1; round <= ROUNDS; round++)); do
+	for peer in $PEERS; do
+		"run_$peer" "$round"
+	done
+done
+
+run_baseline after
+
+if [ "$LAUNCH_BENCH" = 1 ]; then
+	log "actor launch overhead: go test -run '^\$' -bench Launch -count $LAUNCH_COUNT ./actors/"
+	(cd "$ROOT" && go test -run '^$' -bench Launch -count "$LAUNCH_COUNT" ./actors/) >"$OUT/raw/launch.txt" 2>&1 ||
+		log "launch benchmark failed; see $OUT/raw/launch.txt"
+fi
+
+write_meta
+"$PY" "$BENCH/summarize.py" "$OUT"
+log "wrote $OUT/results.md and $OUT/results.json"
