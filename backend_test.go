@@ -3,7 +3,6 @@ package ranktree
 import (
 	"context"
 	"errors"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -89,11 +88,7 @@ func TestBackendNCCLThroughInit(t *testing.T) {
 }
 
 // TestMain removes the compiled fake GPU libraries after the package's tests.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fakegpu.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fakegpu.Main(m) }
 
 func TestBackendInvalidValue(t *testing.T) {
 	t.Setenv(EnvBackend, "gloo")

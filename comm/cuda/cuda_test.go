@@ -3,7 +3,6 @@ package cuda_test
 import (
 	"bytes"
 	"errors"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -13,15 +12,10 @@ import (
 	"github.com/ranktree/ranktree/internal/fakegpu"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fakegpu.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fakegpu.Main(m) }
 
-// onGPU reports whether the tests run against the real driver
-// (RANKTREE_GPU_TESTS=1, as scripts/gpu-check.sh sets) instead of the fake.
-func onGPU() bool { return os.Getenv("RANKTREE_GPU_TESTS") == "1" }
+// onGPU: see fakegpu.OnGPU.
+func onGPU() bool { return fakegpu.OnGPU() }
 
 // setup loads the driver (the fake in CI), locks the goroutine's thread
 // and makes device 0's primary context current on it.

@@ -3,7 +3,6 @@ package nccl_test
 import (
 	"errors"
 	"math"
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -15,15 +14,10 @@ import (
 	"github.com/ranktree/ranktree/internal/fakegpu"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fakegpu.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fakegpu.Main(m) }
 
-// onGPU reports whether tests run on the real driver and NCCL
-// (RANKTREE_GPU_TESTS=1, set by scripts/gpu-check.sh) instead of the fake.
-func onGPU() bool { return os.Getenv("RANKTREE_GPU_TESTS") == "1" }
+// onGPU: see fakegpu.OnGPU.
+func onGPU() bool { return fakegpu.OnGPU() }
 
 // libs loads CUDA and NCCL (the fake in CI) and resets the fake's faults.
 func libs(t testing.TB) (*cuda.Lib, *nccl.Lib) {

@@ -156,3 +156,15 @@ func Remove() {
 		_ = os.RemoveAll(dir)
 	}
 }
+
+// Main runs a test binary's tests, removes the compiled fake, and exits with
+// the tests' status: call it from TestMain in packages that use the fake.
+func Main(m *testing.M) {
+	code := m.Run()
+	Remove()
+	os.Exit(code)
+}
+
+// OnGPU reports whether the tests run against the real driver and NCCL
+// (RANKTREE_GPU_TESTS=1, as scripts/gpu-check.sh sets) instead of the fake.
+func OnGPU() bool { return os.Getenv("RANKTREE_GPU_TESTS") == "1" }

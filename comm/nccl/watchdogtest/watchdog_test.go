@@ -22,11 +22,7 @@ import (
 	"github.com/ranktree/ranktree/supervisor"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	fakegpu.Remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fakegpu.Main(m) }
 
 func onGPU() bool { return os.Getenv("RANKTREE_GPU_TESTS") == "1" }
 
