@@ -484,6 +484,14 @@ func (wd *Watchdog) storeEvent(ev store.Event) {
 // are bounded by IOTimeout.
 func (wd *Watchdog) apply(acts []Action) {
 	log := wd.cfg.Log
+	// Raise the aborted flag before any Work of this step completes, so
+	// that a caller who sees its Work fail and tracks the next one already
+	// finds the flag set (and wakes the watchdog instead of waiting a tick).
+	for _, a := range acts {
+		if _, ok := a.(ActAbortComm); ok {
+			wd.aborted.Store(true)
+		}
+	}
 	for _, a := range acts {
 		switch a := a.(type) {
 		case ActFailWork:
@@ -502,7 +510,6 @@ func (wd *Watchdog) apply(acts []Action) {
 			}
 		case ActAbortComm:
 			log.Error().Err(a.Reason).Int("rank", wd.cfg.Rank).Str("group", a.Group).Msg("watchdog: aborting communicator")
-			wd.aborted.Store(true) // later Tracks fail fast (see Watchdog)
 			g := wd.groups[a.Group]
 			if g != nil && g.abort != nil {
 				g.abort.Abort(a.Reason)
