@@ -3,6 +3,7 @@ package actors
 import (
 	"encoding/json"
 	"errors"
+	"github.com/ranktree/ranktree/store/natsstore"
 	"io"
 	"log/slog"
 	"sync"
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
@@ -233,16 +233,12 @@ func TestNewEventPublisherRejectsBadConfig(t *testing.T) {
 // TestPublisherOverNATS publishes through a real *nats.Conn to an embedded
 // NATS server and reads the events back with a wildcard subscriber.
 func TestPublisherOverNATS(t *testing.T) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	url, shutdown, err := natsstore.StartEmbedded(natsstore.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
+	t.Cleanup(shutdown)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}

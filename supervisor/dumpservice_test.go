@@ -6,25 +6,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store/natsstore"
 )
 
 func embeddedNATS(t *testing.T) *nats.Conn {
 	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	url, shutdown, err := natsstore.StartEmbedded(natsstore.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("embedded NATS server not ready")
-	}
-	nc, err := nats.Connect(srv.ClientURL())
+	t.Cleanup(shutdown)
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
