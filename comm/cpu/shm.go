@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -30,7 +31,11 @@ const (
 	shmDataOff = 4096
 	// shmChunk bounds one copy into or out of a ring, so that the other
 	// side sees progress (pipelining) and Abort is noticed between chunks.
-	shmChunk = 512 << 10
+	// Senders also split the ring into slots of shmChunk bytes: a copy
+	// never crosses a slot boundary and starts only once its whole piece
+	// is free, so that the pieces of a large message are whole slots,
+	// which slotCopier may copy with non-temporal stores (shm_copy.go).
+	shmChunk = 1 << 20
 )
 
 // shmRing is one direction of an shm pair.
@@ -66,8 +71,9 @@ type shmLink struct {
 	// and wakes it through the control channel.
 	mySleep, peerSleep *atomic.Uint32
 
-	q    []*shmJob // queued sends, oldest first (progress goroutine only)
-	werr error     // the peer died while we had sends queued
+	q      []*shmJob  // queued sends, oldest first (progress goroutine only)
+	copier slotCopier // how whole slots are copied into tx (progress goroutine only)
+	werr   error      // the peer died while we had sends queued
 
 	unmapOnce sync.Once
 }
@@ -203,11 +209,29 @@ func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
 	total := headerSize + pad8(uint64(len(j.payload)))
 	for j.pos < total {
 		free := r.size - (r.local - r.head.Load())
-		if free == 0 {
-			return false, progressed
-		}
 		at := r.local % r.size
-		n := min(free, total-j.pos, r.size-at, shmChunk)
+		// Copy up to the next slot boundary, and only once that whole
+		// piece is free (see shmChunk); a ring smaller than a slot
+		// takes pieces of at most its size.
+		n := min(total-j.pos, r.size-at, shmChunk-at%shmChunk)
+		if free < n {
+			// Until the whole header is in, take any free space: the
+			// reader frees nothing before it has read a whole header, so
+			// waiting for room behind a partial one would deadlock.
+			if j.pos >= headerSize || free == 0 {
+				return false, progressed
+			}
+			n = free
+		}
+		// A whole slot of payload: slotCopier picks how to store it.
+		// Stored the cached way, it goes in as two halves, each made
+		// visible to the reader as soon as it is copied.
+		way := -1
+		if n == shmChunk && j.pos >= headerSize && j.pos-headerSize+shmChunk <= uint64(len(j.payload)) {
+			if way = s.copier.choose(); way == copyCached {
+				n = shmChunk / 2
+			}
+		}
 		dst := r.data[at : at+n]
 		// Copy the part of [pos, pos+n) that is header, then payload;
 		// padding is left as is.
@@ -217,7 +241,13 @@ func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
 			dst, p = dst[k:], p+uint64(k)
 		}
 		if len(dst) > 0 && p-headerSize < uint64(len(j.payload)) {
-			copy(dst, j.payload[p-headerSize:])
+			if way >= 0 {
+				t0 := time.Now()
+				copy(dst, j.payload[p-headerSize:])
+				s.copier.observe(way, time.Since(t0)*time.Duration(shmChunk/n))
+			} else {
+				copy(dst, j.payload[p-headerSize:])
+			}
 		}
 		j.pos += n
 		r.local += n

@@ -1,0 +1,57 @@
+package cpu
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSlotCopierChoice: the copier times both ways first, prefers cached
+// copies unless they are more than streamingMargin times slower, times the
+// other way every exploreEvery slots, and follows a change in the timings.
+func TestSlotCopierChoice(t *testing.T) {
+	var c slotCopier
+	cost := map[int]time.Duration{copyCached: 60 * time.Microsecond, copyStreaming: 70 * time.Microsecond}
+	run := func(slots int) (counts [2]int) {
+		for range slots {
+			m := c.choose()
+			counts[m]++
+			c.observe(m, cost[m])
+		}
+		return counts
+	}
+	if got := run(2); got != [2]int{1, 1} {
+		t.Fatalf("first two slots: %v, want one of each way", got)
+	}
+	// Similar speeds: cached, with one timed streaming slot per 64.
+	got := run(64 * 10)
+	if got[copyStreaming] != 10 {
+		t.Fatalf("similar speeds: %v, want 10 streaming slots of 640", got)
+	}
+	// Cached slows sixfold (the vCPUs moved apart): streaming takes over,
+	// and cached is only timed every 64 slots.
+	cost[copyCached] = 360 * time.Microsecond
+	run(64 * 4)
+	got = run(64 * 10)
+	if got[copyCached] != 10 {
+		t.Fatalf("slow cached copies: %v, want 10 cached slots of 640", got)
+	}
+	// Cached at 1.4x streaming is within the margin: back to cached.
+	cost[copyCached] = 98 * time.Microsecond
+	run(64 * 8) // within about six timed cached slots
+	got = run(64 * 10)
+	if got[copyStreaming] != 10 {
+		t.Fatalf("cached within the margin: %v, want 10 streaming slots of 640", got)
+	}
+	// One descheduled copy does not flip the choice.
+	cost[copyCached] = 60 * time.Microsecond
+	run(64 * 2)
+	cost[copyCached] = 50 * time.Millisecond
+	if m := c.choose(); m != copyCached {
+		t.Fatalf("slot %d: way %d, want cached", c.n, m)
+	}
+	c.observe(copyCached, cost[copyCached])
+	cost[copyCached] = 60 * time.Microsecond
+	if got := run(63); got[copyCached] < 62 {
+		t.Fatalf("after one outlier: %v, want cached kept", got)
+	}
+}
