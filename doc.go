@@ -32,6 +32,9 @@
 //	RANKTREE_STORE_TIMEOUT                                       store/init-barrier timeout, default 5m
 //	RANKTREE_TIMEOUT                                             collective default timeout, default 10m (see package supervisor)
 //	RANKTREE_ACTOR_PANIC                                         escalate (default) or restart: what an actor panic leads to (restart.go)
+//	RANKTREE_TRANSPORT, RANKTREE_BACKEND                         CPU engine transport (auto, shm, tcp); engine (cpu, nccl)
+//	RANKTREE_SOCKET_IFNAME, RANKTREE_LISTEN_HOST,
+//	RANKTREE_ADVERTISE_HOST                                      where the CPU engine listens and what peers dial (cpuenv.go)
 //	RANKTREE_NATS_TOKEN, RANKTREE_NATS_USER, RANKTREE_NATS_PASSWORD,
 //	RANKTREE_NATS_NKEY (seed file), RANKTREE_NATS_CREDS (creds file),
 //	RANKTREE_NATS_TLS_CA, RANKTREE_NATS_TLS_CERT, RANKTREE_NATS_TLS_KEY   optional credentials

@@ -189,7 +189,11 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 	if g.factory == nil {
 		switch b := os.Getenv(EnvBackend); b {
 		case "", "cpu":
-			g.factory = cpu.Factory(cpu.Options{Transport: os.Getenv(EnvTransport)})
+			o, err := cpuOptions(c)
+			if err != nil {
+				return err
+			}
+			g.factory = cpu.Factory(o)
 		case "nccl":
 			g.factory, g.device = nccl.Factory(nccl.Options{}), r.localRank
 			if n, err := nvmlinfo.Count(); err == nil && n > 0 {

@@ -546,3 +546,36 @@ func TestShmHeaderAcrossWrap(t *testing.T) {
 		}
 	}
 }
+
+// TestListenWildcard: engines that listen on every interface and advertise
+// a non-loopback address of this host (as a multi-host job does) publish
+// that address and connect through it.
+func TestListenWildcard(t *testing.T) {
+	var ip string
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+				ip = ipn.IP.String()
+				break
+			}
+		}
+	}
+	if ip == "" {
+		t.Skip("no non-loopback IPv4 address on this machine")
+	}
+	st := store.NewMemStore(store.WithMemTimeout(30 * time.Second))
+	g := newGroupStore(t, 2, Options{Transport: TransportTCP, ListenHost: "0.0.0.0", AdvertiseHost: ip}, st, zerolog.Nop())
+	v, err := st.Get(context.Background(), "cpu/g/0/rank/1")
+	if err != nil || !strings.Contains(string(v), `"`+ip+":") {
+		t.Fatalf("rank 1 published %s (%v), want an address on %s", v, err, ip)
+	}
+	data := [][]float32{{1, 2}, {10, 20}}
+	g.mustRun("allreduce", func(r int, fp fpFunc) *comm.Op {
+		return &comm.Op{FP: fp(comm.OpAllReduce, comm.Float32, 2, -1, comm.Sum), Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{comm.HostBuffer(data[r])}}
+	})
+	for r := range 2 {
+		if data[r][0] != 11 || data[r][1] != 22 {
+			t.Fatalf("rank %d: %v", r, data[r])
+		}
+	}
+}

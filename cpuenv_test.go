@@ -1,0 +1,136 @@
+package ranktree
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
+)
+
+// hostIPv4 is a non-loopback IPv4 address of this machine, or "".
+func hostIPv4() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	return ""
+}
+
+// TestCPUOptionsFromEnv: where the CPU engine listens and what it
+// advertises, from RANKTREE_SOCKET_IFNAME, RANKTREE_LISTEN_HOST,
+// RANKTREE_ADVERTISE_HOST and, for multi-node jobs, the route to NATS.
+func TestCPUOptionsFromEnv(t *testing.T) {
+	single := &config{worldSize: 4, localWorldSize: 4, natsURL: "nats://10.255.255.1:4222"}
+	multi := func(url string) *config { return &config{worldSize: 4, localWorldSize: 2, natsURL: url} }
+	type want struct{ listen, advertise string }
+	cases := []struct {
+		name string
+		env  map[string]string
+		c    *config
+		want want
+	}{
+		{"single node: loopback defaults", nil, single, want{"", ""}},
+		{"ifname lo", map[string]string{EnvSocketIfname: "lo"}, single, want{"127.0.0.1", "127.0.0.1"}},
+		{"listen wildcard", map[string]string{EnvListenHost: "0.0.0.0"}, single, want{"0.0.0.0", ""}},
+		{"advertise only", map[string]string{EnvAdvertiseHost: "10.1.2.3"}, single, want{"0.0.0.0", "10.1.2.3"}},
+		{"advertise loopback only", map[string]string{EnvAdvertiseHost: "127.0.0.1"}, single, want{"", "127.0.0.1"}},
+		{"ifname then listen override", map[string]string{EnvSocketIfname: "lo", EnvListenHost: "0.0.0.0"}, single, want{"0.0.0.0", "127.0.0.1"}},
+		{"multi node, NATS on loopback", nil, multi("nats://127.0.0.1:4222"), want{"", ""}},
+		{"multi node, no NATS URL (WithStore)", nil, multi(""), want{"", ""}},
+		{"multi node, explicit env wins", map[string]string{EnvListenHost: "127.0.0.1"}, multi("nats://10.255.255.1:4222"), want{"127.0.0.1", ""}},
+	}
+	if ip := hostIPv4(); ip != "" {
+		cases = append(cases, struct {
+			name string
+			env  map[string]string
+			c    *config
+			want want
+		}{"multi node, NATS on " + ip, nil, multi("nats://" + ip + ":4222,nats://127.0.0.1:1"), want{"0.0.0.0", ip}})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost, EnvTransport} {
+				t.Setenv(v, tc.env[v])
+			}
+			o, err := cpuOptions(tc.c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := (want{o.ListenHost, o.AdvertiseHost}); got != tc.want {
+				t.Fatalf("listen/advertise = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCPUOptionsEnvErrors: a bad interface or listen host is an *EnvError
+// naming the variable (and, for an interface, the ones that exist).
+func TestCPUOptionsEnvErrors(t *testing.T) {
+	for _, tc := range []struct{ v, val, msg string }{
+		{EnvSocketIfname, "nosuchif0", "no such network interface (have "},
+		{EnvListenHost, "bad host name!", "not an IP address or a resolvable host name"},
+	} {
+		t.Run(tc.v, func(t *testing.T) {
+			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost} {
+				t.Setenv(v, "")
+			}
+			t.Setenv(tc.v, tc.val)
+			_, err := cpuOptions(&config{worldSize: 1, localWorldSize: 1})
+			var ee *EnvError
+			if !errors.As(err, &ee) || ee.Var != tc.v || !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got %v, want an EnvError for %s containing %q", err, tc.v, tc.msg)
+			}
+			if tc.v == EnvSocketIfname && !strings.Contains(err.Error(), "lo") {
+				t.Fatalf("error does not list the interfaces: %v", err)
+			}
+		})
+	}
+}
+
+// TestInitListenEnv: two ranks initialized with the listener on every
+// interface, advertising the loopback interface's address by name, run an
+// allreduce.
+func TestInitListenEnv(t *testing.T) {
+	t.Setenv(EnvSocketIfname, "lo")
+	t.Setenv(EnvListenHost, "0.0.0.0")
+	t.Setenv(EnvAdvertiseHost, "")
+	t.Setenv(EnvTransport, "tcp")
+	ms := store.NewMemStore()
+	const n = 2
+	errs := make(chan error, n)
+	for r := range n {
+		go func() {
+			rt, err := Init(context.Background(), quiet(), WithStore(ms), WithRank(r), WithWorldSize(n),
+				WithLocalRank(r), WithLocalWorldSize(n), WithGroupRank(0))
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer rt.Close(context.Background())
+			buf := []float32{float32(r + 1)}
+			if err := rt.World().AllReduce(context.Background(), comm.HostBuffer(buf), comm.Sum).Wait(context.Background()); err != nil {
+				errs <- err
+				return
+			}
+			if buf[0] != 3 {
+				errs <- errors.New("wrong sum")
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
