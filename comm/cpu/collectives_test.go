@@ -103,9 +103,22 @@ func TestReduce(t *testing.T) {
 }
 
 // TestAllGather: out[i] is filled with i, flat and list forms, and
-// AllGatherV with rank i contributing i+c elements.
+// AllGatherV with rank i contributing i+c elements; Bruck's algorithm (the
+// default for these sizes) and the ring (RingThreshold 1).
 func TestAllGather(t *testing.T) {
-	forEachGroup(t, Options{}, func(t *testing.T, g *group) {
+	for _, algo := range []string{"bruck", "ring"} {
+		t.Run(algo, func(t *testing.T) {
+			opts := Options{}
+			if algo == "ring" {
+				opts.RingThreshold = 1
+			}
+			testAllGather(t, opts)
+		})
+	}
+}
+
+func testAllGather(t *testing.T, opts Options) {
+	forEachGroup(t, opts, func(t *testing.T, g *group) {
 		n := len(g.engines)
 		for _, c := range []int{0, 1, 5001} {
 			for _, list := range []bool{false, true} {

@@ -35,6 +35,9 @@ func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
 			blocks[i] = comm.Chunk(op.Out, i, counts, in.Len()).Bytes()
 		}
 		copy(blocks[r], in.Bytes())
+		if e.useBruck(blocks) {
+			return allgatherBruck(m, blocks, e.scratch(bruckScratch(blocks)))
+		}
 		return ringAllGather(m, blocks, 0)
 	case comm.OpReduceScatter, comm.OpReduceScatterV:
 		return e.reduceScatter(op)
@@ -212,6 +215,22 @@ func (e *Engine) allReduce(op *comm.Op) error {
 // doubling (latency-optimal) by message size: see Options.RingThreshold.
 func (e *Engine) useRing(nbytes, count int) bool {
 	return e.mesh.size > 1 && nbytes >= e.opts.RingThreshold && count >= e.mesh.size
+}
+
+// useBruck selects Bruck's allgather (latency-optimal, ceil(log2 n) steps)
+// over the ring (n-1 steps, bandwidth-optimal) when the gathered total is
+// below Options.RingThreshold and there are more than two ranks (with two,
+// both take one step). Every rank knows every block's size, so all choose
+// alike.
+func (e *Engine) useBruck(blocks [][]byte) bool {
+	if len(blocks) <= 2 {
+		return false
+	}
+	t := 0
+	for _, b := range blocks {
+		t += len(b)
+	}
+	return t < e.opts.RingThreshold
 }
 
 // split is the element range [lo, hi) of part i of count elements in n

@@ -45,9 +45,12 @@ type Options struct {
 	ShmRingBytes int
 	// Hub connects engines of one process for Transport "inmem".
 	Hub *InmemHub
-	// RingThreshold is the allreduce size in bytes from which the ring
-	// algorithm is used instead of recursive doubling (default 256 KiB).
-	// All ranks must use the same value.
+	// RingThreshold is the size in bytes from which the ring algorithms
+	// are used instead of the latency-optimal ones (default 256 KiB): the
+	// allreduce buffer (below it: recursive doubling), the gathered total
+	// of an allgather (below it: Bruck's), the broadcast buffer (from it,
+	// with more than two ranks: scatter then ring allgather). All ranks
+	// must use the same value.
 	RingThreshold int
 }
 

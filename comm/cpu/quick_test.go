@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"testing/quick"
 
@@ -57,6 +58,64 @@ func TestQuickAllReduceVsNaive(t *testing.T) {
 							if data[r][i] != want[i] {
 								return false
 							}
+						}
+					}
+					return true
+				}
+				if err := quick.Check(f, &quick.Config{MaxCount: 25}); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// TestQuickAllGatherVsNaive checks Bruck's and the ring allgather on random
+// uneven block sizes (AllGatherV, zero-length blocks included) and world
+// sizes against the expected concatenation.
+func TestQuickAllGatherVsNaive(t *testing.T) {
+	for n := 1; n <= 5; n++ {
+		for _, algo := range []string{"ring", "bruck"} {
+			t.Run(fmt.Sprintf("n=%d/%s", n, algo), func(t *testing.T) {
+				opts := Options{Transport: TransportSHM, ShmRingBytes: 16 << 10, RingThreshold: 1}
+				if algo == "bruck" {
+					opts.RingThreshold = 1 << 40
+				}
+				g := newGroup(t, n, opts)
+				f := func(seed uint64) bool {
+					rng := rand.New(rand.NewPCG(seed, 9))
+					counts := make([]int, n)
+					total := 0
+					for i := range n {
+						counts[i] = rng.IntN(4000)
+						if rng.IntN(4) == 0 {
+							counts[i] = 0
+						}
+						total += counts[i]
+					}
+					want := make([]int64, 0, total)
+					ins := make([][]int64, n)
+					for r := range n {
+						ins[r] = make([]int64, counts[r])
+						for i := range ins[r] {
+							ins[r][i] = rng.Int64()
+						}
+						want = append(want, ins[r]...)
+					}
+					outs := make([][]int64, n)
+					_, errs := g.run(func(r int, fp fpFunc) *comm.Op {
+						outs[r] = make([]int64, total)
+						op := &comm.Op{FP: fp(comm.OpAllGatherV, comm.Int64, total, -1, comm.ReduceOp{}), Type: comm.OpAllGatherV,
+							In: []comm.Buffer{comm.HostBuffer(ins[r])}, Out: []comm.Buffer{comm.HostBuffer(outs[r])}, RecvCounts: counts}
+						return op
+					})
+					for r := range n {
+						if errs[r] != nil {
+							t.Log(errs[r])
+							return false
+						}
+						if !slices.Equal(outs[r], want) {
+							return false
 						}
 					}
 					return true
