@@ -48,7 +48,7 @@ type Options struct {
 	// RingThreshold is the size in bytes from which the ring algorithms
 	// are used instead of the latency-optimal ones (default 256 KiB): the
 	// allreduce buffer (below it: recursive doubling), the gathered total
-	// of an allgather (below it: Bruck's), the broadcast buffer (from it,
+	// of an allgather (below a sixteenth of it: Bruck's), the broadcast buffer (from it,
 	// with more than two ranks: scatter then ring allgather). All ranks
 	// must use the same value.
 	RingThreshold int
