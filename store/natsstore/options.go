@@ -76,7 +76,12 @@ func (o *Options) natsOptions() ([]nats.Option, error) {
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.Timeout(5 * time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err == nil || nc.IsClosed() {
+				// Our own Close: not worth a warning.
+				log.Debug().Msg("NATS connection closed")
+				return
+			}
 			log.Warn().Err(err).Msg("NATS disconnected")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
