@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -89,4 +91,49 @@ func TestRankrunnerTwoNodesFailure(t *testing.T) {
 		}
 	}
 	rrAssertNoOrphans(t, dir, time.Second)
+}
+
+// TestRankrunnerTwoNodesRunnerLost: node 1's runner stops (SIGSTOP: its
+// heartbeats end, its ranks keep running, no connection breaks). Node 0
+// notices the silent heartbeat after --runner-timeout, stops its ranks
+// with SIGTERM and exits 1 naming node 1, without waiting for node 1 to
+// confirm.
+func TestRankrunnerTwoNodesRunnerLost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, prog := rrBuild(t)
+	port := rrFreePort(t)
+	common := []string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", "lostrunner",
+		"--runner-heartbeat", "200ms", "--runner-timeout", "2s"}
+	n1 := rrStartRunner(t, append(append([]string{}, common...), "--node-rank", "1", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), prog, "sleep", dir)...)
+	time.Sleep(200 * time.Millisecond)
+	n0 := rrStartRunner(t, append(append([]string{}, common...), "--node-rank", "0", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog, "sleep", dir)...)
+	var pids []string
+	for r := range 4 {
+		pids = append(pids, filepath.Join(dir, fmt.Sprintf("pid-0-%d", r)))
+	}
+	rrWaitFiles(t, 90*time.Second, pids...)
+	time.Sleep(500 * time.Millisecond) // a few heartbeats of node 1 seen
+	if err := n1.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	t.Cleanup(func() { _ = n1.cmd.Process.Signal(syscall.SIGCONT) })
+	if c := n0.wait(t, 30*time.Second); c != 1 {
+		t.Errorf("node 0 exit code %d, want 1", c)
+	}
+	took := n0.exited.Sub(stopped)
+	t.Logf("node 0 exited %v after node 1's runner stopped", took)
+	// Silence counts from node 1's last heartbeat, up to 200ms before the stop.
+	if took < 1800*time.Millisecond || took > 10*time.Second {
+		t.Errorf("node 0 exited %v after node 1 stopped, want between the 2s timeout (less one heartbeat) and 10s", took)
+	}
+	if !strings.Contains(n0.stderr.String(), "runner node1 sent no heartbeat") {
+		t.Errorf("node 0's log does not name the lost runner:\n%s", n0.stderr)
+	}
+	for _, r := range []string{"0", "1"} {
+		if _, err := os.Stat(filepath.Join(dir, "term-"+r)); err != nil {
+			t.Errorf("rank %s was not stopped with SIGTERM", r)
+		}
+	}
 }

@@ -142,6 +142,8 @@ SLURM_LOCALID, SLURM_NODEID) and Kubernetes indexed Jobs
 	fs.IntVar(&f.cfg.MaxRestarts, "max-restarts", 0, "job-wide restart budget, kept in the store")
 	durationVar(fs, &f.cfg.MonitorInterval, "monitor-interval", 100*time.Millisecond, "supervision tick (seconds or a Go duration)")
 	durationVar(fs, &f.cfg.StopGrace, "stop-grace", 3*time.Second, "time between SIGTERM and SIGKILL when stopping ranks")
+	durationVar(fs, &f.cfg.RunnerHeartbeat, "runner-heartbeat", 5*time.Second, "with several nodes: how often each runner writes its heartbeat to the store")
+	durationVar(fs, &f.cfg.RunnerTimeout, "runner-timeout", 30*time.Second, "with several nodes: abort the attempt when another runner's heartbeat is silent this long")
 	durationVar(fs, &f.cfg.Timeout, "timeout", 0, "collective default timeout given to ranks as RANKTREE_TIMEOUT (e.g. 10m)")
 	durationVar(fs, &f.cfg.StoreTimeout, "store-timeout", 60*time.Second, "bound on reaching the store")
 	fs.StringVar(&f.cfg.LogDir, "log-dir", "", "write per-rank logs to DIR/<job>/attempt_<n>/<rank>/{stdout,stderr}.log")

@@ -54,6 +54,14 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 	if err != nil {
 		return Outcome{}, fmt.Errorf("launcher: watch %sdone/: %w", prefix, err)
 	}
+	// The other runners' heartbeats (keepalive.go), with several runners.
+	live := newLiveness(r.id, r.cfg.RunnerTimeout, time.Now())
+	var alive <-chan store.Event
+	if r.numRunners > 1 {
+		if alive, err = r.st.Watch(wctx, aliveKey(""), true); err != nil {
+			return Outcome{}, fmt.Errorf("launcher: watch %s: %w", aliveKey(""), err)
+		}
+	}
 
 	ranks := make([]int, len(r.slots))
 	for i, s := range r.slots {
@@ -184,8 +192,23 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 			}
 			log.Warn().Stringer("signal", sig).Msg("signal received; forwarding to ranks")
 			in = SignalReceived{Sig: sig}
+		case ev, ok := <-alive:
+			if !ok {
+				alive = nil
+				break
+			}
+			if ev.Type == store.EventPut {
+				live.beat(strings.TrimPrefix(ev.Key, aliveKey("")), time.Now())
+			}
 		case <-tick.C:
 			in = Tick{}
+			if alive != nil {
+				if id, silent, lost := live.check(time.Now(), func(id string) bool { return done[id] }); lost {
+					log.Error().Str("lost_runner", id).Dur("silent", silent).Msg("runner heartbeat lost")
+					r.lost[id] = true
+					in = RunnerLost{Runner: id, Silent: silent}
+				}
+			}
 		case <-kill:
 			in = Tick{}
 		}

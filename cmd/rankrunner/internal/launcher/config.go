@@ -145,6 +145,13 @@ type Config struct {
 	// StopGrace is the time between SIGTERM and SIGKILL when stopping ranks
 	// (default 3s, so ranks are gone within 5s of a failure).
 	StopGrace time.Duration
+	// RunnerHeartbeat is how often a runner of a multi-runner job writes
+	// its heartbeat key (default 5s, as torchrun's rendezvous keep-alive).
+	RunnerHeartbeat time.Duration
+	// RunnerTimeout is how long another runner's heartbeat may stay
+	// silent before this runner aborts the attempt (default 30s; at least
+	// twice RunnerHeartbeat). See keepalive.go.
+	RunnerTimeout time.Duration
 	// Timeout is the ranks' collective default timeout (RANKTREE_TIMEOUT);
 	// 0 leaves it unset.
 	Timeout time.Duration
@@ -227,6 +234,18 @@ func (c *Config) validate() error {
 	}
 	if c.StopGrace < 0 {
 		return &FlagError{Flag: "--stop-grace", Msg: "must be positive"}
+	}
+	if c.RunnerHeartbeat == 0 {
+		c.RunnerHeartbeat = 5 * time.Second
+	}
+	if c.RunnerHeartbeat < 0 {
+		return &FlagError{Flag: "--runner-heartbeat", Msg: "must be positive"}
+	}
+	if c.RunnerTimeout == 0 {
+		c.RunnerTimeout = max(30*time.Second, 2*c.RunnerHeartbeat)
+	}
+	if c.RunnerTimeout < 2*c.RunnerHeartbeat {
+		return &FlagError{Flag: "--runner-timeout", Msg: fmt.Sprintf("%v is less than twice --runner-heartbeat (%v)", c.RunnerTimeout, c.RunnerHeartbeat)}
 	}
 	if c.Timeout < 0 {
 		return &FlagError{Flag: "--timeout", Msg: "must be positive"}

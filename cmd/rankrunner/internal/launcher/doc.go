@@ -35,7 +35,12 @@
 // The exit code is 0 on success, the failing rank's exit code (128+signal
 // for a signal death), or 128+signal when the runner was signalled.
 //
-// Not covered: a runner that dies without writing its abort key (host
-// loss) is noticed only through its ranks' collectives timing out on the
-// other nodes; there is no runner heartbeat.
+// With several runners, each writes its job-level heartbeat key
+// "alive/<id>" every --runner-heartbeat (5s), and each attempt watches the
+// others' keys: a runner silent for --runner-timeout (30s) is lost, and the
+// watcher aborts the attempt (restartable, exit code 1) and does not wait
+// for the lost runner's confirmation at the end (keepalive.go). So a host
+// that vanishes without its runner writing an abort key, or a runner that
+// hangs, stops the job within the timeout instead of the collectives'
+// timeout, and a runner at the exit barrier does not wait for ever.
 package launcher

@@ -72,6 +72,12 @@ type (
 	SignalReceived struct{ Sig syscall.Signal }
 	// Tick: the monitor interval passed.
 	Tick struct{}
+	// RunnerLost: another runner's heartbeat has been silent for Silent
+	// (keepalive.go).
+	RunnerLost struct {
+		Runner string
+		Silent time.Duration
+	}
 )
 
 // Actions returned by Policy.Step, to be carried out in order.
@@ -178,6 +184,18 @@ func (p *Policy) Step(in Input, now time.Time) []Action {
 			p.outcome = o
 			return p.finish()
 		}
+	case RunnerLost:
+		o := Outcome{Kind: Failed, Rank: -1, ExitCode: 1,
+			Reason: fmt.Sprintf("runner %s sent no heartbeat for %v (its host or network is gone, or it hangs)", in.Runner, in.Silent.Round(time.Millisecond))}
+		abort := PublishAbort{Abort{Runner: p.self, Rank: -1, Reason: o.Reason, ExitCode: 1}}
+		switch p.phase {
+		case phaseRunning:
+			p.outcome = o
+			return append([]Action{abort}, p.stop(syscall.SIGTERM, now)...)
+		case phaseBarrier:
+			p.outcome = o
+			return append([]Action{abort}, p.finish()...)
+		}
 	case Tick:
 		if p.phase == phaseStopping && !now.Before(p.deadline) {
 			p.phase = phaseKilling
@@ -237,7 +255,8 @@ func (p *Policy) Deadline() (time.Time, bool) {
 // Running reports whether local index i is still running.
 func (p *Policy) Running(i int) bool { return i >= 0 && i < len(p.running) && p.running[i] }
 
-// Input is one of RankExited, AbortSeen, RunnersDone, SignalReceived, Tick.
+// Input is one of RankExited, AbortSeen, RunnersDone, SignalReceived,
+// Tick, RunnerLost.
 type Input interface{ input() }
 
 func (RankExited) input()     {}
@@ -245,6 +264,7 @@ func (AbortSeen) input()      {}
 func (RunnersDone) input()    {}
 func (SignalReceived) input() {}
 func (Tick) input()           {}
+func (RunnerLost) input()     {}
 
 // Action is one of PublishAbort, SignalRanks, PublishDone, Finish.
 type Action interface{ action() }

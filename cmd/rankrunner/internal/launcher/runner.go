@@ -32,6 +32,7 @@ type runner struct {
 	stdout     *console
 	stderr     *console
 	cleanups   []func()
+	lost       map[string]bool // runners whose heartbeat was lost (attempt loop only)
 }
 
 // ErrInterrupted is returned by Run when a signal stopped the runner
@@ -97,7 +98,7 @@ func newRunner(cfg Config) (*runner, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &runner{cfg: &cfg, stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}}
+	r := &runner{cfg: &cfg, stdout: &console{w: cfg.Stdout}, stderr: &console{w: cfg.Stderr}, lost: map[string]bool{}}
 	r.id, r.numRunners = cfg.runnerID()
 	r.slots, r.world, r.localWorld = cfg.slots()
 	r.log = cfg.Log.With().Str("job", cfg.JobID).Str("runner", r.id).Logger()
@@ -140,6 +141,12 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 	}
 	r.addCleanup(func() { _ = st.Close() })
 	r.st = st
+	if r.numRunners > 1 {
+		hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		var beating sync.WaitGroup
+		beating.Go(func() { r.heartbeat(hctx) })
+		r.addCleanup(func() { stop(); beating.Wait() })
+	}
 	return 0, nil
 }
 
@@ -213,7 +220,9 @@ func (r *runner) lingerForPeers(ctx context.Context, n int, sigs <-chan os.Signa
 	}()
 	var keys []string
 	for _, id := range r.cfg.runnerIDs() {
-		keys = append(keys, stoppedKey(n, id))
+		if !r.lost[id] { // a lost runner will not confirm
+			keys = append(keys, stoppedKey(n, id))
+		}
 	}
 	bound := r.cfg.StopGrace + 5*time.Second
 	if err := r.st.Wait(ctx, keys, bound); err != nil {
