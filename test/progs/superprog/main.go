@@ -12,6 +12,14 @@
 //	                       "ready" step after K ops and sleeps 20 ms between ops
 //	superprog closehung    one all-reduce, a second one left in flight (a
 //	                       hang fault holds it), then Runtime.Close, timed
+//	superprog panic        with SUPERPROG_PANIC=R:S, the first world-group
+//	                       engine of rank R panics in Launch at seq S (a bug
+//	                       in the communicator actor's path): all-reduces 1..S
+//	                       ("op" steps; the one at S is expected to fail), then
+//	                       Runtime.Restarted waits for the automatic restart
+//	                       of RANKTREE_ACTOR_PANIC=restart ("restarted", with
+//	                       the new epoch) and 3 all-reduces on the new world
+//	                       group ("restart_op")
 //
 // Every scenario ends with a timed Runtime.Close and exit 0; a failed Init
 // prints an "init" step and exits 2.
@@ -24,12 +32,15 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree"
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu"
 )
 
 // Result is one step's outcome.
@@ -106,7 +117,11 @@ func main() {
 	ctx := context.Background()
 	log := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 	start := time.Now()
-	rt, err := ranktree.Init(ctx, ranktree.WithTimeout(30*time.Second), ranktree.WithLogger(log))
+	opts := []ranktree.Option{ranktree.WithTimeout(30 * time.Second), ranktree.WithLogger(log)}
+	if spec := os.Getenv("SUPERPROG_PANIC"); spec != "" {
+		opts = append(opts, panicAt(spec))
+	}
+	rt, err := ranktree.Init(ctx, opts...)
 	if err != nil {
 		emit(step("init", 0, start, err))
 		os.Exit(2)
@@ -118,6 +133,8 @@ func main() {
 	case "closehung":
 		closeHung(ctx, rt)
 		return
+	case "panic":
+		panicScenario(ctx, rt)
 	default:
 		fmt.Fprintf(os.Stderr, "superprog: unknown scenario %q\n", os.Args[1])
 		os.Exit(64)
@@ -191,5 +208,71 @@ func closeHung(ctx context.Context, rt *ranktree.Runtime) {
 		emit(step("op", 2, start, w.Err()))
 	case <-time.After(5 * time.Second):
 		emit(Result{Step: "op", Seq: 2, Err: "still in flight 5 s after Close"})
+	}
+}
+
+// panicky is a CPU engine whose Launch panics at collective seq.
+type panicky struct {
+	comm.Backend
+	seq uint64
+}
+
+func (b *panicky) Launch(op *comm.Op, w *comm.Work) {
+	if op.FP.Seq == b.seq && !comm.UsesP2PSeq(op) {
+		panic(fmt.Sprintf("superprog: injected panic at seq %d", b.seq))
+	}
+	b.Backend.Launch(op, w)
+}
+
+// panicAt parses "R:S" and returns the option that makes rank R's first
+// world-group engine a panicky one (later epochs get a plain engine).
+func panicAt(spec string) ranktree.Option {
+	rs, ss, _ := strings.Cut(spec, ":")
+	r, err1 := strconv.Atoi(rs)
+	s, err2 := strconv.ParseUint(ss, 10, 64)
+	if err1 != nil || err2 != nil {
+		fmt.Fprintf(os.Stderr, "superprog: bad SUPERPROG_PANIC %q (want R:S)\n", spec)
+		os.Exit(64)
+	}
+	inner := cpu.Factory(cpu.Options{Transport: os.Getenv(ranktree.EnvTransport)})
+	var armed atomic.Bool
+	armed.Store(true)
+	return ranktree.WithBackend(func(ctx context.Context, cfg comm.BackendConfig) (comm.Backend, error) {
+		be, err := inner(ctx, cfg)
+		if err != nil || cfg.Group != ranktree.WorldGroupName || rank != r || !armed.CompareAndSwap(true, false) {
+			return be, err
+		}
+		return &panicky{Backend: be, seq: s}, nil
+	})
+}
+
+func panicScenario(ctx context.Context, rt *ranktree.Runtime) {
+	_, ss, _ := strings.Cut(os.Getenv("SUPERPROG_PANIC"), ":")
+	last, _ := strconv.ParseUint(ss, 10, 64)
+	old := rt.World()
+	for i := uint64(1); i <= last; i++ {
+		start := time.Now()
+		err := sum(ctx, old)
+		emit(step("op", i, start, err))
+		if err != nil {
+			break
+		}
+	}
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	npg, err := rt.Restarted(rctx, old)
+	r := step("restarted", 0, start, err)
+	if err != nil {
+		emit(r)
+		return
+	}
+	r.Epoch = npg.Epoch()
+	emit(r)
+	for i := uint64(1); i <= 3; i++ {
+		start := time.Now()
+		r := step("restart_op", i, start, sum(ctx, rt.World()))
+		r.Epoch = rt.World().Epoch()
+		emit(r)
 	}
 }
