@@ -11,7 +11,9 @@
 //     authenticated TCP handshakes, shm segment set-up.
 //   - link.go, tcp.go, shm.go, inmem.go: the transport interface (link) and
 //     its implementations (inmem: the shm rings over Go memory, for ranks
-//     as goroutines of one process); header.go: the 64-byte wire header.
+//     as goroutines of one process); header.go: the 64-byte wire header;
+//     shm_copy.go: how whole 1 MiB ring slots are copied (streaming or
+//     cached stores, chosen per link by measured speed).
 //   - mesh.go, p2p.go: Mesh, the interface every algorithm is written
 //     against (Gloo's pairs): ordered, fingerprinted messages per peer.
 //   - exec.go: lowers a comm.Op (flat or list buffers, V-variants, Avg,
