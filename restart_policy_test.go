@@ -11,22 +11,10 @@ import (
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu"
+	"github.com/ranktree/ranktree/internal/testrank"
 	"github.com/ranktree/ranktree/store"
 	"github.com/ranktree/ranktree/supervisor"
 )
-
-// panickyBackend is a CPU engine whose Launch panics at collective seq.
-type panickyBackend struct {
-	comm.Backend
-	seq uint64
-}
-
-func (b *panickyBackend) Launch(op *comm.Op, w *comm.Work) {
-	if op.FP.Seq == b.seq && !comm.UsesP2PSeq(op) {
-		panic(fmt.Sprintf("injected panic at seq %d", b.seq))
-	}
-	b.Backend.Launch(op, w)
-}
 
 // panicOnce makes Init use the CPU engine (TCP), except that the first
 // world-group engine of global rank `rank` panics in Launch at seq.
@@ -39,7 +27,7 @@ func panicOnce(rank int, seq uint64) Option {
 		if err != nil || cfg.Group != WorldGroupName || cfg.GlobalRanks[cfg.Rank] != rank || !armed.CompareAndSwap(true, false) {
 			return be, err
 		}
-		return &panickyBackend{Backend: be, seq: seq}, nil
+		return testrank.PanicAtSeq(be, seq), nil
 	})
 }
 
@@ -223,7 +211,7 @@ func TestActorPanicRestartBound(t *testing.T) {
 		if err != nil || cfg.Group != WorldGroupName || cfg.GlobalRanks[cfg.Rank] != 1 {
 			return be, err
 		}
-		return &panickyBackend{Backend: be, seq: 1}, nil
+		return testrank.PanicAtSeq(be, 1), nil
 	})
 	ex := &exitRecorder{}
 	const n = 3

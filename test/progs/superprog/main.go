@@ -41,6 +41,7 @@ import (
 	"github.com/ranktree/ranktree"
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu"
+	"github.com/ranktree/ranktree/internal/testrank"
 )
 
 // Result is one step's outcome.
@@ -211,19 +212,6 @@ func closeHung(ctx context.Context, rt *ranktree.Runtime) {
 	}
 }
 
-// panicky is a CPU engine whose Launch panics at collective seq.
-type panicky struct {
-	comm.Backend
-	seq uint64
-}
-
-func (b *panicky) Launch(op *comm.Op, w *comm.Work) {
-	if op.FP.Seq == b.seq && !comm.UsesP2PSeq(op) {
-		panic(fmt.Sprintf("superprog: injected panic at seq %d", b.seq))
-	}
-	b.Backend.Launch(op, w)
-}
-
 // panicAt parses "R:S" and returns the option that makes rank R's first
 // world-group engine a panicky one (later epochs get a plain engine).
 func panicAt(spec string) ranktree.Option {
@@ -242,7 +230,7 @@ func panicAt(spec string) ranktree.Option {
 		if err != nil || cfg.Group != ranktree.WorldGroupName || rank != r || !armed.CompareAndSwap(true, false) {
 			return be, err
 		}
-		return &panicky{Backend: be, seq: s}, nil
+		return testrank.PanicAtSeq(be, s), nil
 	})
 }
 
