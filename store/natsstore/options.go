@@ -2,9 +2,11 @@ package natsstore
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -108,6 +110,23 @@ func (o *Options) natsOptions() ([]nats.Option, error) {
 		}
 		nopts = append(nopts, opt)
 	}
+	// nats.go reads these files only while dialling, and Connect reports a
+	// failed dial as store.ErrUnavailable, which callers retry; check them
+	// here so a missing or unreadable file is a plain (permanent) error, as
+	// for NKeyFile.
+	for _, f := range [...]struct{ what, path string }{
+		{"creds file", o.CredsFile}, {"TLS CA file", o.TLSCA},
+		{"TLS certificate file", o.TLSCert}, {"TLS key file", o.TLSKey},
+	} {
+		if f.path == "" {
+			continue
+		}
+		fh, err := os.Open(f.path)
+		if err != nil {
+			return nil, fmt.Errorf("natsstore: %s %q: %w", f.what, f.path, err)
+		}
+		fh.Close()
+	}
 	if o.CredsFile != "" {
 		nopts = append(nopts, nats.UserCredentials(o.CredsFile))
 	}
@@ -121,7 +140,11 @@ func (o *Options) natsOptions() ([]nats.Option, error) {
 }
 
 // Connect dials NATS with opts, creates the job's KV bucket if absent and
-// returns a Store that owns the connection (Close closes it).
+// returns a Store that owns the connection (Close closes it). Errors: a
+// server out of reach is store.ErrUnavailable (worth retrying); a missing
+// credential or certificate file, credentials the server rejects, or a
+// server certificate that does not verify is a plain error naming the
+// cause (retrying will not help).
 func Connect(ctx context.Context, opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -132,6 +155,10 @@ func Connect(ctx context.Context, opts Options) (*Store, error) {
 	}
 	nc, err := nats.Connect(opts.URL, nopts...)
 	if err != nil {
+		if rejected(err) {
+			// Retrying will not help: not store.ErrUnavailable.
+			return nil, fmt.Errorf("natsstore: connecting to %s: credentials or certificates rejected: %w", redactURL(opts.URL), err)
+		}
 		return nil, &store.UnavailableError{Op: "connect", Err: fmt.Errorf("natsstore: connecting to %s: %w", redactURL(opts.URL), err)}
 	}
 	s, err := newStore(ctx, nc, opts.Job, opts.Timeout, opts.Log, true)
@@ -161,6 +188,25 @@ func NewFromConn(ctx context.Context, nc *nats.Conn, job string, timeout time.Du
 		timeout = store.DefaultTimeout
 	}
 	return newStore(ctx, nc, job, timeout, zerolog.Nop(), false)
+}
+
+// rejected reports whether a failed connect is a verdict on our
+// credentials (the server's authorization violation, expired or revoked
+// credentials) or on the server's certificate (it does not verify against
+// our CA), rather than the server being out of reach. A server that turns
+// down our client certificate during the TLS handshake is not recognised:
+// the client sees anything from a TLS alert to a broken pipe, so that stays
+// store.ErrUnavailable.
+func rejected(err error) bool {
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		return true
+	}
+	var (
+		ua x509.UnknownAuthorityError
+		ci x509.CertificateInvalidError
+		hn x509.HostnameError
+	)
+	return errors.As(err, &ua) || errors.As(err, &ci) || errors.As(err, &hn)
 }
 
 // redactURL hides credentials embedded in a (comma-separated) URL list.
