@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -22,6 +23,9 @@ const (
 	tcpInbox   = 64
 	// tcpSockBuf is the kernel socket buffer size asked for data links.
 	tcpSockBuf = 4 << 20
+	// tcpPeekIters is how many times a wait peeks at the sockets (about
+	// a microsecond each) before it sleeps (mesh.wait).
+	tcpPeekIters = 50
 )
 
 // tcpLink is a link over one TCP connection (TCP_NODELAY), authenticated at
@@ -56,6 +60,8 @@ type tcpLink struct {
 	werr    atomic.Pointer[error]
 
 	closeOnce sync.Once
+
+	rc syscall.RawConn // for readable; nil if not a TCP connection
 }
 
 type inMsg struct {
@@ -82,9 +88,29 @@ func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *t
 		in: make(chan inMsg, tcpInbox), resume: make(chan struct{}, 1), dead: make(chan struct{}),
 		wake: make(chan struct{}, 1), sent: make(chan struct{}, 1),
 	}
+	if tc, ok := conn.(*net.TCPConn); ok && data {
+		l.rc, _ = tc.SyscallConn()
+	}
 	go l.readLoop()
 	go l.writeLoop()
 	return l
+}
+
+// readable reports whether the kernel holds unread bytes for this
+// connection, without blocking or consuming them (recv with MSG_PEEK and
+// MSG_DONTWAIT). RawConn.Control keeps the descriptor open during the call
+// and, unlike RawConn.Read, does not wait for the reader goroutine, which
+// sits in Read on the same connection.
+func (l *tcpLink) readable() bool { return l.rc != nil && peekReadable(l.rc) }
+
+func peekReadable(rc syscall.RawConn) bool {
+	got := false
+	_ = rc.Control(func(fd uintptr) {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		got = err == nil && n > 0
+	})
+	return got
 }
 
 func (l *tcpLink) spins() bool { return false }

@@ -14,8 +14,9 @@
 //
 //   - hang: blocks inside the engine (RANKTREE_FAULT=hang@...). The
 //     watchdog fails the op on every rank after --timeout with
-//     comm.ErrTimeout (or comm.ErrRemoteAbort when a peer's watchdog fired
-//     first) and aborts the communicator.
+//     comm.ErrTimeout and aborts the communicator; a rank whose peer's
+//     watchdog fired first gets comm.ErrRemoteAbort, or a transport error
+//     if the aborted peer's closed connection reaches it first.
 //   - crash: the process exits with code 3 (RANKTREE_FAULT=crash@...);
 //     rankrunner sees the exit and stops the other ranks at once (were they
 //     left running, they would fail with a transport error within
