@@ -25,6 +25,11 @@ const (
 	// EnvAdvertiseHost is the host or address peers dial (overrides the
 	// interface's address).
 	EnvAdvertiseHost = "RANKTREE_ADVERTISE_HOST"
+	// EnvHostID overrides the host identity by which the engine's auto
+	// transport picks shared memory (ranks with equal ids) or TCP (default:
+	// the kernel's boot id and the hostname). Giving two groups of ranks on
+	// one machine different ids makes them talk TCP, as on two hosts.
+	EnvHostID = "RANKTREE_HOST_ID"
 )
 
 // cpuOptions builds the CPU engine's options from the environment:
@@ -38,7 +43,7 @@ const (
 // the job is known to reach (127.0.0.1 when that server is local, as in a
 // multi-node job simulated on one host). Bad values give an *EnvError.
 func cpuOptions(c *config) (cpu.Options, error) {
-	o := cpu.Options{Transport: os.Getenv(EnvTransport)}
+	o := cpu.Options{Transport: os.Getenv(EnvTransport), HostID: os.Getenv(EnvHostID)}
 	if name := os.Getenv(EnvSocketIfname); name != "" {
 		addr, err := interfaceAddr(name)
 		if err != nil {

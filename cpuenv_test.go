@@ -39,6 +39,7 @@ func TestCPUOptionsFromEnv(t *testing.T) {
 		want want
 	}{
 		{"single node: loopback defaults", nil, single, want{"", ""}},
+		{"host id", map[string]string{EnvHostID: "nodeA"}, single, want{"", ""}},
 		{"ifname lo", map[string]string{EnvSocketIfname: "lo"}, single, want{"127.0.0.1", "127.0.0.1"}},
 		{"listen wildcard", map[string]string{EnvListenHost: "0.0.0.0"}, single, want{"0.0.0.0", ""}},
 		{"advertise only", map[string]string{EnvAdvertiseHost: "10.1.2.3"}, single, want{"0.0.0.0", "10.1.2.3"}},
@@ -58,7 +59,7 @@ func TestCPUOptionsFromEnv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost, EnvTransport} {
+			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost, EnvTransport, EnvHostID} {
 				t.Setenv(v, tc.env[v])
 			}
 			o, err := cpuOptions(tc.c)
@@ -67,6 +68,9 @@ func TestCPUOptionsFromEnv(t *testing.T) {
 			}
 			if got := (want{o.ListenHost, o.AdvertiseHost}); got != tc.want {
 				t.Fatalf("listen/advertise = %+v, want %+v", got, tc.want)
+			}
+			if o.HostID != tc.env[EnvHostID] {
+				t.Fatalf("HostID = %q, want %q", o.HostID, tc.env[EnvHostID])
 			}
 		})
 	}

@@ -35,6 +35,7 @@
 //	RANKTREE_TRANSPORT, RANKTREE_BACKEND                         CPU engine transport (auto, shm, tcp); engine (cpu, nccl)
 //	RANKTREE_SOCKET_IFNAME, RANKTREE_LISTEN_HOST,
 //	RANKTREE_ADVERTISE_HOST                                      where the CPU engine listens and what peers dial (cpuenv.go)
+//	RANKTREE_HOST_ID                                             host identity for choosing shm over TCP (cpuenv.go)
 //	RANKTREE_NATS_TOKEN, RANKTREE_NATS_USER, RANKTREE_NATS_PASSWORD,
 //	RANKTREE_NATS_NKEY (seed file), RANKTREE_NATS_CREDS (creds file),
 //	RANKTREE_NATS_TLS_CA, RANKTREE_NATS_TLS_CERT, RANKTREE_NATS_TLS_KEY   optional credentials

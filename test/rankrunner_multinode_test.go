@@ -137,3 +137,32 @@ func TestRankrunnerTwoNodesRunnerLost(t *testing.T) {
 		}
 	}
 }
+
+// TestRankrunnerTwoHostsMixedTransports: two runners on this machine that
+// claim different hosts (RANKTREE_HOST_ID), so ranks talk shm within a
+// "host" and TCP across, as in a real multi-node job. 300 all-reduces on
+// the world group give the closed-form sum on every rank.
+func TestRankrunnerTwoHostsMixedTransports(t *testing.T) {
+	t.Parallel()
+	prog := rrBuildProg(t, "superprog")
+	port := rrFreePort(t)
+	common := []string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", "mixedhosts"}
+	n1 := rrStartRunnerEnv(t, []string{"RANKTREE_HOST_ID=hostB"},
+		append(append([]string{}, common...), "--node-rank", "1", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), prog, "ops", "300")...)
+	time.Sleep(200 * time.Millisecond)
+	n0 := rrStartRunnerEnv(t, []string{"RANKTREE_HOST_ID=hostA"},
+		append(append([]string{}, common...), "--node-rank", "0", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog, "ops", "300")...)
+	var out strings.Builder
+	for n, p := range []*rrProc{n0, n1} {
+		if c := p.wait(t, 90*time.Second); c != 0 {
+			t.Errorf("node %d exit code %d", n, c)
+		}
+		out.WriteString(p.stdout.String())
+	}
+	for r := range 4 {
+		want := fmt.Sprintf(`[rank %d] RESULT {"rank":%d,"step":"op","seq":300,"ok":true`, r, r)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("rank %d did not finish 300 all-reduces:\n%s", r, out.String())
+		}
+	}
+}

@@ -3,12 +3,16 @@ package cpu
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/store"
 )
 
 // benchAllReduce measures a float32 Sum allreduce of nbytes on 2 ranks (as
@@ -66,4 +70,51 @@ func BenchmarkAllReduce(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dB", tr, size), func(b *testing.B) { benchAllReduce(b, tr, size) })
 		}
 	}
+}
+
+// BenchmarkAllReduceMixed: 4 ranks on two simulated hosts (HostIDs A, A, B,
+// B: shm within a host, tcp across, as a multi-node job), 4 B float32 sum,
+// with GOMAXPROCS=1 as rankrunner gives two ranks on two cores. Reports the
+// median latency in µs.
+func BenchmarkAllReduceMixed(b *testing.B) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	st := store.NewMemStore(store.WithMemTimeout(30 * time.Second))
+	const n = 4
+	g := &group{t: b, name: "g", engines: make([]*Engine, n)}
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			host := []string{"A", "A", "B", "B"}[r]
+			cfg := comm.BackendConfig{Group: g.name, Rank: r, Size: n, Store: st, Device: -1, Timeout: 30 * time.Second, Log: zerolog.Nop()}
+			var err error
+			if g.engines[r], err = New(context.Background(), cfg, Options{HostID: host}); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
+	b.Cleanup(func() {
+		for _, e := range g.engines {
+			_ = e.Close()
+		}
+	})
+	bufs := make([]comm.Buffer, n)
+	for r := range n {
+		bufs[r] = comm.NewHostBuffer(comm.Float32, 1)
+	}
+	times := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		g.mustRun("allreduce", func(r int, fp fpFunc) *comm.Op {
+			return &comm.Op{FP: fp(comm.OpAllReduce, comm.Float32, 1, -1, comm.Sum), Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[r]}}
+		})
+		times = append(times, time.Since(t0))
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	b.ReportMetric(float64(times[len(times)/2].Nanoseconds())/1e3, "median_us")
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
@@ -54,7 +55,8 @@ type mesh struct {
 	rank, size int
 	links      []link // nil at rank
 	ctl        *ctl
-	spin       bool // some link is polled by spinning
+	spin       bool       // some link is polled by spinning
+	tcps       []*tcpLink // the TCP data links (see wait)
 	stash      [][]stashed
 	dirty      []bool // links sent to since the last Flush
 	cur        opCtx
@@ -73,6 +75,9 @@ func newMesh(rank, size int, links []link, c *ctl) *mesh {
 	for _, l := range links {
 		if l != nil && l.spins() {
 			m.spin = true
+		}
+		if tl, ok := l.(*tcpLink); ok && tl.data {
+			m.tcps = append(m.tcps, tl)
 		}
 	}
 	m.fatal = func() error { return nil }
@@ -138,6 +143,13 @@ func (m *mesh) RecvReduce(peer, step int, dst []byte) error {
 
 // wait pauses until something may have arrived; it returns an error if the
 // engine stopped or recorded a fatal error.
+//
+// A message on a TCP link is read by the link's reader goroutine, which
+// runs once the Go scheduler has polled the network. The scheduler does
+// not poll it while this goroutine spins (with GOMAXPROCS=1, as rankrunner
+// gives two ranks on two cores, only sysmon would, every 10 ms), so both
+// waits below peek at the TCP sockets and, when bytes are there, park until
+// the reader pokes ctl.notify.
 func (m *mesh) wait(b *backoff) error {
 	if err := m.fatal(); err != nil {
 		return err
@@ -147,22 +159,20 @@ func (m *mesh) wait(b *backoff) error {
 			b.reset()
 			return nil
 		}
+		if m.tcpReadable() {
+			return m.park(tcpParkMax)
+		}
 		return b.pause(m.ctl)
 	}
-	// Before sleeping, peek at the sockets for a while: a message that is
-	// microseconds away is then picked up without this thread sleeping
-	// (and, on a VM, its vCPU halting and waiting for an interrupt). Once
-	// bytes are there, block: the scheduler polls the network and runs the
-	// link's reader goroutine.
+	// TCP links only: before sleeping, peek at the sockets for a while, so
+	// that a message microseconds away is picked up without this thread
+	// sleeping (and, on a VM, its vCPU halting and waiting for an
+	// interrupt).
 	if b.n < tcpPeekIters {
 		b.n++
-		for _, l := range m.links {
-			if tl, ok := l.(*tcpLink); ok && tl.readable() {
-				b.n = tcpPeekIters
-				break
-			}
-		}
-		if b.n < tcpPeekIters {
+		if m.tcpReadable() {
+			b.n = tcpPeekIters
+		} else {
 			select {
 			case <-m.ctl.notify:
 			case <-m.ctl.stop:
@@ -172,12 +182,36 @@ func (m *mesh) wait(b *backoff) error {
 			return nil
 		}
 	}
+	return m.park(0)
+}
+
+// tcpReadable reports whether a TCP data link has unread bytes in the
+// kernel that its reader goroutine is ready to take.
+func (m *mesh) tcpReadable() bool {
+	for _, l := range m.tcps {
+		if l.readable() {
+			return true
+		}
+	}
+	return false
+}
+
+// park blocks until a reader goroutine pokes ctl.notify or the engine
+// stops; with max > 0, at most max (shm links are polled, not poked).
+func (m *mesh) park(max time.Duration) error {
+	var timeout <-chan time.Time
+	if max > 0 {
+		t := time.NewTimer(max)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
 	case <-m.ctl.notify:
-		return nil
+	case <-timeout:
 	case <-m.ctl.stop:
 		return errStopped
 	}
+	return nil
 }
 
 // stashMsg reads the polled message h from peer into the stash.

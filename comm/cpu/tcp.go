@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -26,6 +27,10 @@ const (
 	// tcpPeekIters is how many times a wait peeks at the sockets (about
 	// a microsecond each) before it sleeps (mesh.wait).
 	tcpPeekIters = 50
+	// tcpParkMax bounds a park for a TCP reader in a mesh that also has
+	// shm links (which nothing pokes): should the reader not poke, the
+	// shm rings are polled again after this.
+	tcpParkMax = 200 * time.Microsecond
 )
 
 // tcpLink is a link over one TCP connection (TCP_NODELAY), authenticated at
@@ -61,7 +66,8 @@ type tcpLink struct {
 
 	closeOnce sync.Once
 
-	rc syscall.RawConn // for readable; nil if not a TCP connection
+	rc      syscall.RawConn // for readable; nil if not a TCP connection
+	stalled atomic.Bool     // the reader waits for the progress goroutine to take a big payload
 }
 
 type inMsg struct {
@@ -101,7 +107,7 @@ func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *t
 // MSG_DONTWAIT). RawConn.Control keeps the descriptor open during the call
 // and, unlike RawConn.Read, does not wait for the reader goroutine, which
 // sits in Read on the same connection.
-func (l *tcpLink) readable() bool { return l.rc != nil && peekReadable(l.rc) }
+func (l *tcpLink) readable() bool { return l.rc != nil && !l.stalled.Load() && peekReadable(l.rc) }
 
 func peekReadable(rc syscall.RawConn) bool {
 	got := false
@@ -176,7 +182,10 @@ func (l *tcpLink) readLoop() {
 				return
 			}
 		} else {
+			// The payload stays in the kernel until the progress
+			// goroutine reads it: readable must not count it.
 			m.big = true
+			l.stalled.Store(true)
 		}
 		select {
 		case l.in <- m:
@@ -190,6 +199,7 @@ func (l *tcpLink) readLoop() {
 			case <-l.ctl.stop:
 				return
 			}
+			l.stalled.Store(false)
 		}
 	}
 }
