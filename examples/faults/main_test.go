@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ranktree/ranktree/internal/testrank"
 )
 
 // TestFaultDemos runs the demo under rankrunner with each fault: the job
@@ -36,7 +38,7 @@ func TestFaultDemos(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, runner, "--nproc-per-node", "2", "--max-restarts", "1", prog,
 				"--fault", fault, "--timeout", "1s", "--json-out", filepath.Join(out, "r{rank}-a{attempt}.json"))
-			cmd.Env = cleanEnv()
+			cmd.Env = testrank.LauncherEnv()
 			log, err := cmd.CombinedOutput()
 			if err != nil {
 				t.Fatalf("rankrunner: %v\n%s", err, log)
@@ -96,18 +98,4 @@ func TestFaultDemos(t *testing.T) {
 			}
 		})
 	}
-}
-
-// cleanEnv is the test's environment without the env-contract variables.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch {
-		case k == "RANK", k == "WORLD_SIZE", k == "LOCAL_RANK", k == "LOCAL_WORLD_SIZE", k == "GROUP_RANK", strings.HasPrefix(k, "RANKTREE_"):
-		default:
-			env = append(env, kv)
-		}
-	}
-	return env
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ranktree/ranktree/internal/testrank"
 )
 
 // TestMainJobThroughRankrunner is issue 7's end-to-end test: the main job
@@ -30,7 +32,7 @@ func TestMainJobThroughRankrunner(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, runner, "--nproc-per-node", "2", "github.com/ranktree/ranktree/examples/mnist",
 		"--epochs", "1", "--train-limit", "6400", "--json-out", filepath.Join(dir, "m{rank}.json"))
-	cmd.Env = cleanRankEnv()
+	cmd.Env = testrank.LauncherEnv()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("rankrunner: %v\n%s", err, out)
@@ -60,22 +62,4 @@ func TestMainJobThroughRankrunner(t *testing.T) {
 	if reps[0].Accuracy < 0.85 {
 		t.Errorf("test accuracy %.4f after one epoch on 6400 samples, want ≥ 0.85", reps[0].Accuracy)
 	}
-}
-
-// cleanRankEnv is the test's environment without the env-contract variables,
-// so that an outer launcher's settings cannot leak into the job.
-func cleanRankEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		skip := false
-		for _, p := range []string{"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "GROUP_RANK=", "RANKTREE_"} {
-			if len(kv) >= len(p) && kv[:len(p)] == p {
-				skip = true
-			}
-		}
-		if !skip {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
