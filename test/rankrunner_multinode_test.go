@@ -17,14 +17,22 @@ import (
 func rrStartTwoNodes(t *testing.T, job string, progArgs ...string) (n0, n1 *rrProc) {
 	t.Helper()
 	_, prog := rrBuild(t)
+	return rrStartTwoNodesWith(t, job, nil, [2][]string{}, prog, progArgs...)
+}
+
+// rrStartTwoNodesWith is rrStartTwoNodes with extra runner flags, extra
+// environment entries per node and a chosen PROGRAM.
+func rrStartTwoNodesWith(t *testing.T, job string, flags []string, env [2][]string, prog string, progArgs ...string) (n0, n1 *rrProc) {
+	t.Helper()
 	port := rrFreePort(t)
-	common := []string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", job}
-	a0 := append(append(append([]string{}, common...), "--node-rank", "0", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog), progArgs...)
-	a1 := append(append(append([]string{}, common...), "--node-rank", "1", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), prog), progArgs...)
+	args := func(node string, where ...string) []string {
+		a := append([]string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", job, "--node-rank", node}, flags...)
+		return append(append(append(a, where...), prog), progArgs...)
+	}
 	// Node 1 first: it must wait for node 0's server to come up.
-	n1 = rrStartRunner(t, a1...)
+	n1 = rrStartRunnerEnv(t, env[1], args("1", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port))...)
 	time.Sleep(200 * time.Millisecond)
-	n0 = rrStartRunner(t, a0...)
+	n0 = rrStartRunnerEnv(t, env[0], args("0", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port))...)
 	return n0, n1
 }
 
@@ -102,12 +110,8 @@ func TestRankrunnerTwoNodesRunnerLost(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	_, prog := rrBuild(t)
-	port := rrFreePort(t)
-	common := []string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", "lostrunner",
-		"--runner-heartbeat", "200ms", "--runner-timeout", "2s"}
-	n1 := rrStartRunner(t, append(append([]string{}, common...), "--node-rank", "1", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), prog, "sleep", dir)...)
-	time.Sleep(200 * time.Millisecond)
-	n0 := rrStartRunner(t, append(append([]string{}, common...), "--node-rank", "0", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog, "sleep", dir)...)
+	n0, n1 := rrStartTwoNodesWith(t, "lostrunner", []string{"--runner-heartbeat", "200ms", "--runner-timeout", "2s"},
+		[2][]string{}, prog, "sleep", dir)
 	var pids []string
 	for r := range 4 {
 		pids = append(pids, filepath.Join(dir, fmt.Sprintf("pid-0-%d", r)))
@@ -145,13 +149,8 @@ func TestRankrunnerTwoNodesRunnerLost(t *testing.T) {
 func TestRankrunnerTwoHostsMixedTransports(t *testing.T) {
 	t.Parallel()
 	prog := rrBuildProg(t, "superprog")
-	port := rrFreePort(t)
-	common := []string{"--nnodes", "2", "--nproc-per-node", "2", "--job-id", "mixedhosts"}
-	n1 := rrStartRunnerEnv(t, []string{"RANKTREE_HOST_ID=hostB"},
-		append(append([]string{}, common...), "--node-rank", "1", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), prog, "ops", "300")...)
-	time.Sleep(200 * time.Millisecond)
-	n0 := rrStartRunnerEnv(t, []string{"RANKTREE_HOST_ID=hostA"},
-		append(append([]string{}, common...), "--node-rank", "0", "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port), prog, "ops", "300")...)
+	n0, n1 := rrStartTwoNodesWith(t, "mixedhosts", nil, [2][]string{{"RANKTREE_HOST_ID=hostA"}, {"RANKTREE_HOST_ID=hostB"}},
+		prog, "ops", "300")
 	var out strings.Builder
 	for n, p := range []*rrProc{n0, n1} {
 		if c := p.wait(t, 90*time.Second); c != 0 {

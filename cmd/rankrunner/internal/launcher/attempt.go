@@ -58,8 +58,8 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 	live := newLiveness(r.id, r.cfg.RunnerTimeout, time.Now())
 	var alive <-chan store.Event
 	if r.numRunners > 1 {
-		if alive, err = r.st.Watch(wctx, aliveKey(""), true); err != nil {
-			return Outcome{}, fmt.Errorf("launcher: watch %s: %w", aliveKey(""), err)
+		if alive, err = r.st.Watch(wctx, alivePrefix, true); err != nil {
+			return Outcome{}, fmt.Errorf("launcher: watch %s: %w", alivePrefix, err)
 		}
 	}
 
@@ -198,7 +198,7 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 				break
 			}
 			if ev.Type == store.EventPut {
-				live.beat(strings.TrimPrefix(ev.Key, aliveKey("")), time.Now())
+				live.beat(strings.TrimPrefix(ev.Key, alivePrefix), time.Now())
 			}
 		case <-tick.C:
 			in = Tick{}

@@ -18,8 +18,11 @@ import (
 // building its program, or one that never came up: the ranks' init barrier
 // times out on that).
 
+// alivePrefix starts every runner's heartbeat key.
+const alivePrefix = "alive/"
+
 // aliveKey is runner id's heartbeat key.
-func aliveKey(id string) string { return "alive/" + id }
+func aliveKey(id string) string { return alivePrefix + id }
 
 // heartbeat writes aliveKey(r.id) (an increasing counter) every
 // RunnerHeartbeat until ctx ends. A failed write is logged at debug level
