@@ -148,9 +148,9 @@ func (c *config) fromEnv(lookup func(string) (string, bool)) error {
 		name string
 		dst  *string
 	}{
-		{EnvNATSToken, &c.creds.token}, {EnvNATSUser, &c.creds.user}, {EnvNATSPassword, &c.creds.password},
-		{EnvNATSNKey, &c.creds.nkeyFile}, {EnvNATSCreds, &c.creds.credsFile}, {EnvNATSTLSCA, &c.creds.tlsCA},
-		{EnvNATSTLSCert, &c.creds.tlsCert}, {EnvNATSTLSKey, &c.creds.tlsKey},
+		{EnvNATSToken, &c.creds.Token}, {EnvNATSUser, &c.creds.User}, {EnvNATSPassword, &c.creds.Password},
+		{EnvNATSNKey, &c.creds.NKeyFile}, {EnvNATSCreds, &c.creds.CredsFile}, {EnvNATSTLSCA, &c.creds.TLSCA},
+		{EnvNATSTLSCert, &c.creds.TLSCert}, {EnvNATSTLSKey, &c.creds.TLSKey},
 	} {
 		if s, ok := lookup(v.name); ok {
 			*v.dst = s

@@ -2,13 +2,14 @@ package ranktree
 
 import (
 	"fmt"
-	"github.com/ranktree/ranktree/comm"
-	"github.com/ranktree/ranktree/supervisor"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/store"
+	"github.com/ranktree/ranktree/store/natsstore"
+	"github.com/ranktree/ranktree/supervisor"
 )
 
 // Option overrides one setting of the env contract (or adds one the
@@ -28,15 +29,10 @@ type config struct {
 	timeoutSet         bool
 	store              store.Store
 	log                *zerolog.Logger
-	creds              credentials
-	backend            comm.BackendFactory // WithBackend (world.go); nil: the CPU engine
-	sup                supervisor.Config   // from the environment, checked first in Init
-	supOpts            supervisionOptions  // WithActorPanic, WithExit (world.go)
-}
-
-// credentials are the NATS credential variables (environment only).
-type credentials struct {
-	token, user, password, nkeyFile, credsFile, tlsCA, tlsCert, tlsKey string
+	creds              natsstore.Credentials // RANKTREE_NATS_* (environment only)
+	backend            comm.BackendFactory   // WithBackend (world.go); nil: the CPU engine
+	sup                supervisor.Config     // from the environment, checked first in Init
+	supOpts            supervisionOptions    // WithActorPanic, WithExit (world.go)
 }
 
 func nonNegative(name string, v int, dst *int, set *bool) Option {

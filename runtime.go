@@ -101,12 +101,10 @@ func Init(ctx context.Context, opts ...Option) (*Runtime, error) {
 	} else {
 		ns, err := natsstore.Connect(ctx, natsstore.Options{
 			URL: c.natsURL, Job: c.job,
-			Token: c.creds.token, User: c.creds.user, Password: c.creds.password,
-			NKeyFile: c.creds.nkeyFile, CredsFile: c.creds.credsFile,
-			TLSCA: c.creds.tlsCA, TLSCert: c.creds.tlsCert, TLSKey: c.creds.tlsKey,
-			Timeout: c.timeout,
-			Name:    fmt.Sprintf("ranktree/%s/rank-%d", c.job, c.rank),
-			Log:     r.log,
+			Credentials: c.creds,
+			Timeout:     c.timeout,
+			Name:        fmt.Sprintf("ranktree/%s/rank-%d", c.job, c.rank),
+			Log:         r.log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("ranktree: rank %d: connecting the job store: %w", c.rank, err)

@@ -243,32 +243,32 @@ func TestTLSClientCert(t *testing.T) {
 	})
 
 	t.Run("RoundTrip", func(t *testing.T) {
-		connectRoundTrip(t, Options{URL: u, TLSCA: caFile, TLSCert: certFile, TLSKey: keyFile})
+		connectRoundTrip(t, Options{URL: u, Credentials: Credentials{TLSCA: caFile, TLSCert: certFile, TLSKey: keyFile}})
 	})
 	t.Run("ClientCertFromOtherCA", func(t *testing.T) {
-		err := connectFails(t, Options{URL: u, TLSCA: caFile, TLSCert: badCertFile, TLSKey: badKeyFile})
+		err := connectFails(t, Options{URL: u, Credentials: Credentials{TLSCA: caFile, TLSCert: badCertFile, TLSKey: badKeyFile}})
 		// The message depends on timing (a TLS alert, or a broken pipe when
 		// the server has closed first); the rejection is what counts.
 		wantErr(t, "client cert of another CA", err)
 	})
 	t.Run("NoClientCert", func(t *testing.T) {
-		err := connectFails(t, Options{URL: u, TLSCA: caFile})
+		err := connectFails(t, Options{URL: u, Credentials: Credentials{TLSCA: caFile}})
 		// "certificate required", or a broken pipe, as above.
 		wantErr(t, "no client cert", err)
 	})
 	t.Run("SystemRoots", func(t *testing.T) {
 		// Without TLSCA the server's certificate is checked against the
 		// system roots, which do not hold the test CA.
-		err := connectFails(t, Options{URL: u, TLSCert: certFile, TLSKey: keyFile})
+		err := connectFails(t, Options{URL: u, Credentials: Credentials{TLSCert: certFile, TLSKey: keyFile}})
 		wantRejected(t, "no TLSCA", err, "unknown authority")
 	})
 	t.Run("MissingCAFile", func(t *testing.T) {
 		missing := filepath.Join(dir, "nope.pem")
-		wantFileErr(t, connectFails(t, Options{URL: u, TLSCA: missing, TLSCert: certFile, TLSKey: keyFile}), missing)
+		wantFileErr(t, connectFails(t, Options{URL: u, Credentials: Credentials{TLSCA: missing, TLSCert: certFile, TLSKey: keyFile}}), missing)
 	})
 	t.Run("MissingKeyFile", func(t *testing.T) {
 		missing := filepath.Join(dir, "nope-key.pem")
-		wantFileErr(t, connectFails(t, Options{URL: u, TLSCA: caFile, TLSCert: certFile, TLSKey: missing}), missing)
+		wantFileErr(t, connectFails(t, Options{URL: u, Credentials: Credentials{TLSCA: caFile, TLSCert: certFile, TLSKey: missing}}), missing)
 	})
 }
 
@@ -292,10 +292,10 @@ func TestNKeyUser(t *testing.T) {
 	u := startAuthServer(t, &server.Options{Nkeys: []*server.NkeyUser{{Nkey: pub}}})
 
 	t.Run("RoundTrip", func(t *testing.T) {
-		connectRoundTrip(t, Options{URL: u, NKeyFile: seedFile})
+		connectRoundTrip(t, Options{URL: u, Credentials: Credentials{NKeyFile: seedFile}})
 	})
 	t.Run("OtherUser", func(t *testing.T) {
-		err := connectFails(t, Options{URL: u, NKeyFile: otherFile})
+		err := connectFails(t, Options{URL: u, Credentials: Credentials{NKeyFile: otherFile}})
 		wantRejected(t, "unknown nkey", err, "authorization violation")
 	})
 	t.Run("NoCredentials", func(t *testing.T) {
@@ -304,7 +304,7 @@ func TestNKeyUser(t *testing.T) {
 	})
 	t.Run("MissingSeedFile", func(t *testing.T) {
 		missing := filepath.Join(dir, "missing.nk")
-		wantFileErr(t, connectFails(t, Options{URL: u, NKeyFile: missing}), missing)
+		wantFileErr(t, connectFails(t, Options{URL: u, Credentials: Credentials{NKeyFile: missing}}), missing)
 	})
 }
 
@@ -383,10 +383,10 @@ func TestCredsFile(t *testing.T) {
 	strayCreds := newCredsFile(t, dir, "stray", strayKP)
 
 	t.Run("RoundTrip", func(t *testing.T) {
-		connectRoundTrip(t, Options{URL: u, CredsFile: credsFile})
+		connectRoundTrip(t, Options{URL: u, Credentials: Credentials{CredsFile: credsFile}})
 	})
 	t.Run("UnknownAccount", func(t *testing.T) {
-		err := connectFails(t, Options{URL: u, CredsFile: strayCreds})
+		err := connectFails(t, Options{URL: u, Credentials: Credentials{CredsFile: strayCreds}})
 		wantRejected(t, "user of an unknown account", err, "authorization violation")
 	})
 	t.Run("NoCredentials", func(t *testing.T) {
@@ -395,6 +395,6 @@ func TestCredsFile(t *testing.T) {
 	})
 	t.Run("MissingCredsFile", func(t *testing.T) {
 		missing := filepath.Join(dir, "missing.creds")
-		wantFileErr(t, connectFails(t, Options{URL: u, CredsFile: missing}), missing)
+		wantFileErr(t, connectFails(t, Options{URL: u, Credentials: Credentials{CredsFile: missing}}), missing)
 	})
 }

@@ -95,7 +95,7 @@ func TestBucketForJob(t *testing.T) {
 
 func TestConnectValidation(t *testing.T) {
 	ctx := context.Background()
-	for _, o := range []Options{{Job: "j"}, {URL: "nats://x"}, {URL: "nats://x", Job: "j", TLSCert: "c"}, {URL: "nats://x", Job: "j", Timeout: -1}} {
+	for _, o := range []Options{{Job: "j"}, {URL: "nats://x"}, {URL: "nats://x", Job: "j", Credentials: Credentials{TLSCert: "c"}}, {URL: "nats://x", Job: "j", Credentials: Credentials{Password: "p"}}, {URL: "nats://x", Job: "j", Timeout: -1}} {
 		if _, err := Connect(ctx, o); err == nil {
 			t.Errorf("Connect(%+v) accepted", o)
 		}
@@ -117,7 +117,7 @@ func TestEmbeddedAuth(t *testing.T) {
 	if _, err := Connect(ctx, Options{URL: u, Job: "auth"}); err == nil {
 		t.Fatal("Connect without the token succeeded")
 	}
-	s, err := Connect(ctx, Options{URL: u, Job: "auth", Token: "s3cret"})
+	s, err := Connect(ctx, Options{URL: u, Job: "auth", Credentials: Credentials{Token: "s3cret"}})
 	if err != nil {
 		t.Fatalf("Connect with token: %v", err)
 	}
@@ -129,10 +129,10 @@ func TestEmbeddedAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stop2()
-	if _, err := Connect(ctx, Options{URL: u2, Job: "auth", User: "rank", Password: "bad"}); err == nil {
+	if _, err := Connect(ctx, Options{URL: u2, Job: "auth", Credentials: Credentials{User: "rank", Password: "bad"}}); err == nil {
 		t.Fatal("Connect with a wrong password succeeded")
 	}
-	s2, err := Connect(ctx, Options{URL: u2, Job: "auth", User: "rank", Password: "pw"})
+	s2, err := Connect(ctx, Options{URL: u2, Job: "auth", Credentials: Credentials{User: "rank", Password: "pw"}})
 	if err != nil {
 		t.Fatalf("Connect with user/password: %v", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -23,14 +22,7 @@ type Options struct {
 	URL string // NATS server URL(s), comma-separated, e.g. "nats://127.0.0.1:4222"
 	Job string // job name; selects the KV bucket (BucketForJob)
 
-	Token     string // auth token
-	User      string // user name (with Password)
-	Password  string
-	NKeyFile  string // path of an nkey seed file
-	CredsFile string // path of a JWT creds file
-	TLSCA     string // PEM CA bundle to verify the server
-	TLSCert   string // PEM client certificate (with TLSKey)
-	TLSKey    string
+	Credentials // optional; see Credentials
 
 	// Timeout is the store timeout for Get and Wait and the bound on every
 	// other operation during an outage; default store.DefaultTimeout (5 min).
@@ -56,11 +48,8 @@ func (o *Options) validate() error {
 	if o.Timeout == 0 {
 		o.Timeout = store.DefaultTimeout
 	}
-	if (o.TLSCert == "") != (o.TLSKey == "") {
-		return errors.New("natsstore: Options.TLSCert and Options.TLSKey must be set together")
-	}
-	if o.Password != "" && o.User == "" {
-		return errors.New("natsstore: Options.Password set without Options.User")
+	if err := o.Credentials.Check(); err != nil {
+		return err
 	}
 	if o.Name == "" {
 		o.Name = "ranktree/" + o.Job
@@ -97,46 +86,11 @@ func (o *Options) natsOptions() ([]nats.Option, error) {
 			ev.Msg("NATS async error")
 		}),
 	}
-	if o.Token != "" {
-		nopts = append(nopts, nats.Token(o.Token))
+	creds, err := o.Credentials.NATSOptions()
+	if err != nil {
+		return nil, err
 	}
-	if o.User != "" {
-		nopts = append(nopts, nats.UserInfo(o.User, o.Password))
-	}
-	if o.NKeyFile != "" {
-		opt, err := nats.NkeyOptionFromSeed(o.NKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("natsstore: nkey seed file %q: %w", o.NKeyFile, err)
-		}
-		nopts = append(nopts, opt)
-	}
-	// nats.go reads these files only while dialling, and Connect reports a
-	// failed dial as store.ErrUnavailable, which callers retry; check them
-	// here so a missing or unreadable file is a plain (permanent) error, as
-	// for NKeyFile.
-	for _, f := range [...]struct{ what, path string }{
-		{"creds file", o.CredsFile}, {"TLS CA file", o.TLSCA},
-		{"TLS certificate file", o.TLSCert}, {"TLS key file", o.TLSKey},
-	} {
-		if f.path == "" {
-			continue
-		}
-		fh, err := os.Open(f.path)
-		if err != nil {
-			return nil, fmt.Errorf("natsstore: %s %q: %w", f.what, f.path, err)
-		}
-		fh.Close()
-	}
-	if o.CredsFile != "" {
-		nopts = append(nopts, nats.UserCredentials(o.CredsFile))
-	}
-	if o.TLSCA != "" {
-		nopts = append(nopts, nats.RootCAs(o.TLSCA))
-	}
-	if o.TLSCert != "" {
-		nopts = append(nopts, nats.ClientCert(o.TLSCert, o.TLSKey))
-	}
-	return nopts, nil
+	return append(nopts, creds...), nil
 }
 
 // Connect dials NATS with opts, creates the job's KV bucket if absent and

@@ -116,7 +116,7 @@ func writeTrace() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := natsstore.Connect(ctx, natsstore.Options{URL: os.Getenv("RANKTREE_NATS_URL"), Job: os.Getenv("RANKTREE_JOB"),
-		Token: os.Getenv("RANKTREE_NATS_TOKEN")})
+		Credentials: natsstore.Credentials{Token: os.Getenv("RANKTREE_NATS_TOKEN")}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rankprog:", err)
 		os.Exit(66)

@@ -49,9 +49,7 @@ to find the stuck collective. --raw DIR writes each dump to DIR/rank<N>.json.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), storeWait)
 			defer cancel()
 			st, err := natsstore.Connect(ctx, natsstore.Options{
-				URL: url, Job: job, Token: c.Token, User: c.User, Password: c.Password,
-				NKeyFile: c.NKeyFile, CredsFile: c.CredsFile,
-				TLSCA: c.TLSCA, TLSCert: c.TLSCert, TLSKey: c.TLSKey,
+				URL: url, Job: job, Credentials: natsstore.Credentials(c),
 				Timeout: storeWait, Name: "rankrunner-diagnose/" + job,
 			})
 			if err != nil {

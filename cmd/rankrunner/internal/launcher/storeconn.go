@@ -46,10 +46,8 @@ func connectStore(ctx context.Context, cfg *Config, url, id string, log zerolog.
 	defer cancel()
 	opts := natsstore.Options{
 		URL: url, Job: cfg.JobID,
-		Token: cfg.Creds.Token, User: cfg.Creds.User, Password: cfg.Creds.Password,
-		NKeyFile: cfg.Creds.NKeyFile, CredsFile: cfg.Creds.CredsFile,
-		TLSCA: cfg.Creds.TLSCA, TLSCert: cfg.Creds.TLSCert, TLSKey: cfg.Creds.TLSKey,
-		Timeout: cfg.StoreTimeout, Name: "rankrunner/" + cfg.JobID + "/" + id, Log: log,
+		Credentials: natsstore.Credentials(cfg.Creds),
+		Timeout:     cfg.StoreTimeout, Name: "rankrunner/" + cfg.JobID + "/" + id, Log: log,
 	}
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {

@@ -12,19 +12,17 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ranktree/ranktree"
+	"github.com/ranktree/ranktree/store/natsstore"
 )
 
-// Credentials are the NATS credentials of a job. Empty fields are unused.
-type Credentials struct {
-	Token     string // RANKTREE_NATS_TOKEN
-	User      string // RANKTREE_NATS_USER
-	Password  string // RANKTREE_NATS_PASSWORD
-	NKeyFile  string // RANKTREE_NATS_NKEY: path of an NKey seed file
-	CredsFile string // RANKTREE_NATS_CREDS: path of a .creds file
-	TLSCA     string // RANKTREE_NATS_TLS_CA: PEM CA bundle
-	TLSCert   string // RANKTREE_NATS_TLS_CERT: client certificate
-	TLSKey    string // RANKTREE_NATS_TLS_KEY: client key
-}
+// Credentials are the NATS credentials of a job, field for field those of
+// natsstore.Credentials (convert with natsstore.Credentials(c)), with the
+// flag and environment handling rankrunner needs. Empty fields are unused.
+// The variables: Token RANKTREE_NATS_TOKEN, User RANKTREE_NATS_USER,
+// Password RANKTREE_NATS_PASSWORD, NKeyFile RANKTREE_NATS_NKEY, CredsFile
+// RANKTREE_NATS_CREDS, TLSCA RANKTREE_NATS_TLS_CA, TLSCert
+// RANKTREE_NATS_TLS_CERT, TLSKey RANKTREE_NATS_TLS_KEY.
+type Credentials natsstore.Credentials
 
 // Env variable names: the root package's (ranktree.EnvNATS*).
 const (
@@ -92,30 +90,9 @@ func (c Credentials) Validate() error {
 	return nil
 }
 
-// Options returns the nats.go connect options for the credentials.
+// Options returns the nats.go connect options for the credentials
+// (natsstore.Credentials.NATSOptions: named files are checked, and a
+// missing one is an error naming it).
 func (c Credentials) Options() ([]nats.Option, error) {
-	var opts []nats.Option
-	if c.Token != "" {
-		opts = append(opts, nats.Token(c.Token))
-	}
-	if c.User != "" {
-		opts = append(opts, nats.UserInfo(c.User, c.Password))
-	}
-	if c.NKeyFile != "" {
-		o, err := nats.NkeyOptionFromSeed(c.NKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("natsauth: nkey seed %s: %w", c.NKeyFile, err)
-		}
-		opts = append(opts, o)
-	}
-	if c.CredsFile != "" {
-		opts = append(opts, nats.UserCredentials(c.CredsFile))
-	}
-	if c.TLSCA != "" {
-		opts = append(opts, nats.RootCAs(c.TLSCA))
-	}
-	if c.TLSCert != "" {
-		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
-	}
-	return opts, nil
+	return natsstore.Credentials(c).NATSOptions()
 }
