@@ -12,10 +12,16 @@ import (
 var mu sync.Mutex
 
 // Devices lists every GPU NVML sees, in NVML index order. It initializes
-// NVML for the call and shuts it down after.
-func Devices() ([]Device, error) {
+// NVML for the call and shuts it down after. It never panics: a panic
+// inside go-nvml comes back as an error wrapping ErrUnavailable.
+func Devices() (ds []Device, err error) {
 	mu.Lock()
 	defer mu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			ds, err = nil, fmt.Errorf("%w: NVML panicked: %v", ErrUnavailable, r)
+		}
+	}()
 	if r := nvml.Init(); r != nvml.SUCCESS {
 		return nil, fmt.Errorf("%w: nvmlInit: %s", ErrUnavailable, nvml.ErrorString(r))
 	}
