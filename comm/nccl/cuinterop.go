@@ -2,32 +2,32 @@
 
 package nccl
 
-import "github.com/ranktree/ranktree/comm"
+import (
+	"unsafe"
 
-// This file is the interop adapter for gorgonia.org/cu users, built only
-// with `-tags cuda`. gorgonia.org/cu itself is deliberately not a
-// dependency of ranktree: its cgo code needs the CUDA toolkit's headers,
-// which the build machines do not have, and a require line in go.mod
-// would tie every build to it. The adapter is written against the two
-// facts of cu's API it needs: cu.DevicePtr is a uintptr-kind type, and a
-// cu.Stream can give its raw CUstream handle. Programs that use cu pass
-// their values through these generics; nothing here imports cu.
+	"gorgonia.org/cu"
 
-// CuDevicePtr is satisfied by gorgonia.org/cu's DevicePtr (and any other
-// uintptr-kind device pointer type).
-type CuDevicePtr interface{ ~uintptr }
+	"github.com/ranktree/ranktree/comm"
+)
 
-// CuStream is anything that yields a raw CUstream handle; wrap a cu.Stream
-// in a small type whose CUstream method returns its handle as a uintptr.
-type CuStream interface{ CUstream() uintptr }
+// This file is the interop adapter for gorgonia.org/cu, built only with
+// `-tags cuda`: cu's cgo code needs the CUDA toolkit's cuda.h (give its
+// folder in CGO_CFLAGS=-I…) and links libcuda, which builds without the
+// tag never need. Note that cu's package init calls cuInit and exits the
+// process when it fails, so a `-tags cuda` binary runs only where a GPU is.
+// scripts/reallib-check.sh compiles this file against a real cuda.h.
 
-// CuBuffer describes count elements of dt at ptr on device, ordered after
-// the work queued on stream (nil: the legacy default stream), as a
-// comm.Buffer for the NCCL engine.
-func CuBuffer[P CuDevicePtr](ptr P, count int, dt comm.DType, device int, stream CuStream) comm.Buffer {
-	var s uintptr
-	if stream != nil {
-		s = stream.CUstream()
-	}
-	return comm.DeviceBuffer(uintptr(ptr), count, dt, device, s)
+// CuBuffer describes count elements of dt at the device pointer ptr on dev,
+// ordered after the work queued on stream (cu.NoStream: the legacy default
+// stream), as a comm.Buffer for the NCCL engine: the NCCL stream waits on
+// stream before the collective runs, as c10d orders a collective after the
+// caller's current stream. ptr must be device memory of dev's primary
+// context (cu.Device.RetainPrimaryCtx), the context the engine uses; the
+// engine checks count and dtype against the op, not the allocation's size.
+func CuBuffer(ptr cu.DevicePtr, count int, dt comm.DType, dev cu.Device, stream cu.Stream) comm.Buffer {
+	return comm.DeviceBuffer(uintptr(ptr), count, dt, int(dev), CuStreamHandle(stream))
 }
+
+// CuStreamHandle is the raw CUstream behind a cu.Stream (0 for
+// cu.NoStream), as comm.DeviceBuffer and the CUDA driver API take it.
+func CuStreamHandle(s cu.Stream) uintptr { return uintptr(unsafe.Pointer(s.C())) }

@@ -55,7 +55,15 @@
 //  3. Give the engine a Store when the group has more than one rank.
 //  4. Close the engine (it finalizes, or aborts if ops are still running).
 //
+// # gorgonia.org/cu
+//
+// Built with -tags cuda (which needs cuda.h through CGO_CFLAGS and links
+// libcuda), CuBuffer turns a cu.DevicePtr and cu.Stream into a
+// comm.Buffer. Builds without the tag never compile gorgonia.org/cu.
+//
 // Tests run against a fake libcuda/libnccl compiled from C at test time
 // (internal/fakegpu); RANKTREE_GPU_TESTS=1 runs them on the real libraries.
-// See docs/gpu-verification.md for what has and has not run on a GPU.
+// scripts/reallib-check.sh checks the bindings against NVIDIA's real
+// headers and libraries on a machine without a GPU. See
+// docs/gpu-verification.md for what has and has not run on a GPU.
 package nccl
