@@ -20,7 +20,7 @@ const (
 	InvalidUsage       Result = 5 // ncclInvalidUsage
 	RemoteError        Result = 6 // ncclRemoteError
 	InProgress         Result = 7 // ncclInProgress: a nonblocking call is still running
-	Timeout            Result = 8 // ncclTimeout (NCCL 2.28+)
+	Timeout            Result = 8 // ncclTimeout (after NCCL 2.29; 2.29.7's nccl.h ends at ncclNumResults = 8)
 )
 
 var resultNames = [...]string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
