@@ -39,6 +39,16 @@ build() {
 	go test -c -o "$out/nccl.test" ./comm/nccl
 	go test -c -o "$out/watchdogtest.test" ./comm/nccl/watchdogtest
 	go build -o "$out/launchbench" ./comm/nccl/internal/launchbench
+	# The gorgonia.org/cu adapter (-tags cuda) needs cuda.h and libcuda.so
+	# to build: CUDA_INCLUDE and CUDA_LIBDIR name them, or the cache that
+	# scripts/reallib-check.sh filled is used. Without them it is skipped.
+	local cache=${REALLIB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ranktree-reallib}
+	local cuinc=${CUDA_INCLUDE:-$cache/root/usr/include} culib=${CUDA_LIBDIR:-$cache/root/usr/lib/x86_64-linux-gnu/nvidia/current}
+	if [ -f "$cuinc/cuda.h" ] && [ -e "$culib/libcuda.so" ]; then
+		CGO_CFLAGS="-I$cuinc" CGO_LDFLAGS="-L$culib" go test -tags cuda -c -o "$out/nccl_cuda.test" ./comm/nccl
+	else
+		echo "no cuda.h/libcuda.so (CUDA_INCLUDE, CUDA_LIBDIR or scripts/reallib-check.sh): nccl_cuda.test not built"
+	fi
 	gcc -shared -fPIC -O1 -o "$out/libfakegpu.so" internal/fakegpu/testdata/fakegpu_cuda.c internal/fakegpu/testdata/fakegpu_nccl.c -lm -lpthread
 	cp "$here/gpu-check.sh" "$out/gpu-check.sh"
 	chmod +x "$out/gpu-check.sh"
@@ -116,6 +126,21 @@ run() {
 	step 0-bindings-cuda "$dir/cuda.test" -test.v -test.count=1
 	step 0-nvml "$dir/nvmlinfo.test" -test.v -test.count=1
 	step 0-bindings-nccl "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestBindingSmoke|TestDataTypeOfCoversEveryDType|TestConfigLayout'
+	if [ "${GPU_CHECK_FAKE:-0}" != 1 ]; then
+		# The same real-library and header checks scripts/reallib-check.sh
+		# runs on a CPU machine, here against this machine's driver, the
+		# NCCL that python's nvidia-nccl wheel ships and its headers.
+		local ncclso ncclinc cudainc
+		ncclso=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || echo libnccl.so.2)
+		ncclinc=$(dirname "$(dirname "$ncclso")")/include
+		cudainc=$(ls -d /usr/local/cuda/include /usr/local/cuda-*/include 2>/dev/null | head -1)
+		step 0-real-libs env RANKTREE_REAL_CUDA_LIB=libcuda.so.1 RANKTREE_REAL_NVML_LIB=libnvidia-ml.so.1 RANKTREE_REAL_NCCL_LIB="$ncclso" \
+			RANKTREE_NCCL_INCLUDE="$ncclinc:$cudainc:$cudainc/cccl" RANKTREE_CUDA_INCLUDE="$cudainc" \
+			sh -c "cd '$dir' && ./cuda.test -test.v -test.count=1 -test.run 'Real|Header' && ./nvmlinfo.test -test.v -test.count=1 -test.run Real && ./nccl.test -test.v -test.count=1 -test.run 'Real|Header'"
+		if [ -x "$dir/nccl_cuda.test" ]; then
+			step 0-cu-adapter "$dir/nccl_cuda.test" -test.v -test.count=1 -test.run TestCuBuffer
+		fi
+	fi
 	step 1-every-op-dtype "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestEveryOpEveryDType|TestRecvSetsSource|TestUnsupportedInputs|TestCallerStreamOrdering|TestUIDThroughStore'
 	step 2-several-comms "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestSeveralCommunicators'
 	step 3-hung-stream "$dir/watchdogtest.test" -test.v -test.count=1 -test.run 'TestWatchdogTimesOutHungStream'
