@@ -51,6 +51,7 @@ type EnvError struct {
 	Msg   string // "" when missing
 }
 
+// Error implements error: the message names what failed and why.
 func (e *EnvError) Error() string {
 	if e.Msg == "" {
 		return fmt.Sprintf("ranktree: error initializing from the environment: environment variable %s expected, but not set (set it, or pass the matching ranktree.With* option)", e.Var)
@@ -69,6 +70,7 @@ type OptionError struct {
 	Err    error
 }
 
+// Error implements error: the message names what failed and why.
 func (e *OptionError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("ranktree: invalid option %s: %s: %v", e.Option, e.Msg, e.Err)

@@ -52,6 +52,7 @@ type ArgError struct {
 	Msg   string
 }
 
+// Error implements error: the message names what failed and why.
 func (e *ArgError) Error() string {
 	return fmt.Sprintf("comm: invalid argument to %v on group %q (rank %d): %s", e.Op, e.Group, e.Rank, e.Msg)
 }
@@ -67,6 +68,7 @@ type MismatchError struct {
 	Local, Remote         Fingerprint
 }
 
+// Error implements error: the message names what failed and why.
 func (e *MismatchError) Error() string {
 	return fmt.Sprintf("comm: collective mismatch: rank %d is at %v; rank %d is at %v",
 		e.LocalRank, e.Local, e.RemoteRank, e.Remote)
@@ -81,6 +83,7 @@ type RemoteAbortError struct {
 	Reason string // its reason, as it wrote it to the store
 }
 
+// Error implements error: the message names what failed and why.
 func (e *RemoteAbortError) Error() string {
 	return fmt.Sprintf("comm: communicator aborted by rank %d: %s", e.Rank, e.Reason)
 }
@@ -95,6 +98,7 @@ type TransportError struct {
 	Err        error       // underlying I/O error
 }
 
+// Error implements error: the message names what failed and why.
 func (e *TransportError) Error() string {
 	s := fmt.Sprintf("comm: transport error between rank %d and rank %d", e.Rank, e.Peer)
 	if e.FP.Seq != 0 || e.FP.Op != 0 {
@@ -122,6 +126,7 @@ type TimeoutError struct {
 	NotReached []int // ranks that have not launched it (the likely stuck ones)
 }
 
+// Error implements error: the message names what failed and why.
 func (e *TimeoutError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "comm: timeout: rank %d: %v on group %q ran %v, past its %v timeout", e.Rank, e.FP, e.Group, e.Elapsed.Round(time.Millisecond), e.Timeout)
@@ -148,6 +153,7 @@ type EngineError struct {
 	Msg    string
 }
 
+// Error implements error: the message names what failed and why.
 func (e *EngineError) Error() string {
 	return fmt.Sprintf("comm: %s engine error on rank %d at %v: %s", e.Engine, e.Rank, e.FP, e.Msg)
 }
@@ -161,6 +167,7 @@ type AbortedError struct {
 	Reason error
 }
 
+// Error implements error: the message names what failed and why.
 func (e *AbortedError) Error() string {
 	if e.Reason == nil {
 		return fmt.Sprintf("comm: communicator of group %q aborted", e.Group)

@@ -21,6 +21,7 @@ type BarrierError struct {
 	Missing   []int // ranks that never arrived (likely dead or stuck)
 }
 
+// Error implements error: the message names what failed and why.
 func (e *BarrierError) Error() string {
 	return fmt.Sprintf("store: Timed out after %v in store based barrier on rank %d for key %q (world_size=%d, num_workers_joined=%d): ranks %v arrived, ranks %v missing",
 		e.Timeout, e.Rank, e.Key, e.WorldSize, len(e.Arrived), e.Arrived, e.Missing)

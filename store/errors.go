@@ -23,6 +23,7 @@ type TimeoutError struct {
 	Timeout time.Duration // the bound that expired (store timeout or ctx deadline)
 }
 
+// Error implements error: the message names what failed and why.
 func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("store: timeout after %v in %s waiting for keys [%s]", e.Timeout, e.Op, strings.Join(quoteAll(e.Keys), " "))
 }
@@ -37,6 +38,7 @@ type CounterError struct {
 	Value []byte
 }
 
+// Error implements error: the message names what failed and why.
 func (e *CounterError) Error() string {
 	v := e.Value
 	if len(v) > 32 {
@@ -67,6 +69,7 @@ type UnavailableError struct {
 	Err error
 }
 
+// Error implements error: the message names what failed and why.
 func (e *UnavailableError) Error() string {
 	if e.Key == "" {
 		return fmt.Sprintf("store: %s: unavailable: %v", e.Op, e.Err)

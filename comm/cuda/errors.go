@@ -31,6 +31,7 @@ type LoadError struct {
 	Symbol string   // missing symbol, if that was the failure
 }
 
+// Error implements error: the message names what failed and why.
 func (e *LoadError) Error() string {
 	if e.Symbol != "" {
 		return fmt.Sprintf("cuda: %s at %s lacks symbol %s", e.Lib, strings.Join(e.Tried, ", "), e.Symbol)
@@ -49,6 +50,7 @@ type Error struct {
 	Msg  string // cuGetErrorString
 }
 
+// Error implements error: the message names what failed and why.
 func (e *Error) Error() string {
 	return fmt.Sprintf("cuda: %s failed: %s (%d): %s", e.Call, e.Name, int32(e.Code), e.Msg)
 }

@@ -18,6 +18,7 @@ type Error struct {
 	Last string // ncclGetLastError (may be empty)
 }
 
+// Error implements error: the message names what failed and why.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("nccl: %s failed: %v: %s", e.Call, e.Code, e.Msg)
 	if e.Last != "" {
@@ -54,6 +55,7 @@ type InitTimeoutError struct {
 	Err     error // the store's error, if any
 }
 
+// Error implements error: the message names what failed and why.
 func (e *InitTimeoutError) Error() string {
 	s := fmt.Sprintf("nccl: communicator init for group %q epoch %d (rank %d of %d, cuda:%d) timed out after %v: %s (key %s)",
 		e.Group, e.Epoch, e.Rank, e.Size, e.Device, e.Timeout, e.Phase, e.Key)

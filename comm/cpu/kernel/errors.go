@@ -22,6 +22,7 @@ type Error struct {
 	Err      error         // underlying error, if any (from ReduceOp.Check)
 }
 
+// Error implements error: the message names what failed and why.
 func (e *Error) Error() string {
 	s := fmt.Sprintf("kernel: %s(%v", e.Func, e.DType)
 	if e.Op != (comm.ReduceOp{}) {
