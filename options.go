@@ -31,8 +31,10 @@ type config struct {
 	log                *zerolog.Logger
 	creds              natsstore.Credentials // RANKTREE_NATS_* (environment only)
 	backend            comm.BackendFactory   // WithBackend (world.go); nil: the CPU engine
-	sup                supervisor.Config     // from the environment, checked first in Init
-	supOpts            supervisionOptions    // WithActorPanic, WithExit (world.go)
+	device             int                   // WithDevice (world.go), if deviceSet
+	deviceSet          bool
+	sup                supervisor.Config  // from the environment, checked first in Init
+	supOpts            supervisionOptions // WithActorPanic, WithExit (world.go)
 }
 
 func nonNegative(name string, v int, dst *int, set *bool) Option {

@@ -53,6 +53,22 @@ func WithBackend(f comm.BackendFactory) Option {
 	}
 }
 
+// WithDevice sets the accelerator every process group of the rank runs on:
+// the CUDA ordinal the engine binds (c10d: init_process_group's device_id).
+// Without it, RANKTREE_BACKEND=nccl picks LOCAL_RANK modulo the GPU count
+// NVML sees, and every other engine runs on the host (device -1). Use it
+// with WithBackend(nccl.Factory(opts)) to give the NCCL engine options of
+// your own. A negative ordinal is an *OptionError.
+func WithDevice(ordinal int) Option {
+	return func(c *config) error {
+		if ordinal < 0 {
+			return &OptionError{Option: fmt.Sprintf("WithDevice(%d)", ordinal), Msg: "a CUDA ordinal is ≥ 0"}
+		}
+		c.device, c.deviceSet = ordinal, true
+		return nil
+	}
+}
+
 // supervisionOptions are the options that adjust the rank's supervision.
 type supervisionOptions struct {
 	actorPanic supervisor.PanicPolicy // WithActorPanic; 0: RANKTREE_ACTOR_PANIC
@@ -204,6 +220,9 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 		default:
 			return &EnvError{Var: EnvBackend, Value: b, Msg: `want "cpu" or "nccl"`}
 		}
+	}
+	if c.deviceSet {
+		g.device = c.device
 	}
 	if s := os.Getenv(EnvFault); s != "" {
 		faults, err := comm.ParseFaults(s)

@@ -2,6 +2,8 @@ package ranktree
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu"
 	"github.com/ranktree/ranktree/internal/testrank"
 	"github.com/ranktree/ranktree/store"
 )
@@ -94,4 +97,36 @@ func TestWorldAllReduceAndSubgroup(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestWithDevice: WithDevice gives every group's engine that CUDA ordinal
+// (here through a wrapped CPU engine that records it); a negative ordinal
+// is an *OptionError naming the option.
+func TestWithDevice(t *testing.T) {
+	var mu sync.Mutex
+	var devices []int
+	inner := cpu.Factory(cpu.Options{})
+	rec := WithBackend(func(ctx context.Context, cfg comm.BackendConfig) (comm.Backend, error) {
+		mu.Lock()
+		devices = append(devices, cfg.Device)
+		mu.Unlock()
+		cfg.Device = -1 // the CPU engine runs on the host
+		return inner(ctx, cfg)
+	})
+	rts := startRanks(t, 1, rec, WithDevice(3))
+	if _, err := rts[0].NewGroup(context.Background(), []int{0}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := append([]int(nil), devices...)
+	mu.Unlock()
+	if len(got) != 2 || got[0] != 3 || got[1] != 3 {
+		t.Fatalf("engines created on devices %v, want [3 3]", got)
+	}
+
+	_, err := Init(context.Background(), WithStore(store.NewMemStore()), WithRank(0), WithDevice(-1))
+	var oe *OptionError
+	if !errors.As(err, &oe) || !strings.Contains(err.Error(), "WithDevice(-1)") {
+		t.Fatalf("Init with WithDevice(-1): %v", err)
+	}
 }
