@@ -25,6 +25,12 @@ type Work struct {
 	// blocking wait (SetDeadline): set once, before the Work is returned.
 	deadline  time.Time
 	onTimeout func(elapsed time.Duration) error
+
+	// spin (SetSpinWait, nanoseconds): how long Wait polls before blocking.
+	// Atomic: the engine sets it when it takes the Work, which the caller
+	// may already be waiting on.
+	spin      atomic.Int64
+	completeF atomic.Bool // set by Complete, polled by a spinning Wait
 }
 
 // Timings are a Work's timestamps; zero values mean "not yet".
@@ -60,6 +66,10 @@ func (w *Work) Wait(ctx context.Context) error {
 		return w.err
 	default:
 	}
+	if d := time.Duration(w.spin.Load()); d > 0 && w.spinUntilDone(d) {
+		<-w.done // closed right after completeF is set
+		return w.err
+	}
 	var expired <-chan time.Time
 	if w.onTimeout != nil {
 		t := time.NewTimer(time.Until(w.deadline))
@@ -88,6 +98,33 @@ func (w *Work) Wait(ctx context.Context) error {
 // (the runtime does so at submission when RANKTREE_BLOCKING_WAIT is set).
 func (w *Work) SetDeadline(deadline time.Time, onTimeout func(elapsed time.Duration) error) {
 	w.deadline, w.onTimeout = deadline, onTimeout
+}
+
+// SetSpinWait makes Wait poll the Work's completion for up to d before
+// it blocks, so that a waiter whose op finishes within d on another thread
+// pays no OS wake-up (the choice CUDA makes with cudaDeviceScheduleSpin).
+// The poll burns the waiting goroutine's core; ctx and the blocking-wait
+// deadline are checked once it ends. Engines call it (the NCCL engine:
+// Options.SpinWait) when they take the Work; a Wait already blocked is not
+// affected. d ≤ 0 turns it off.
+func (w *Work) SetSpinWait(d time.Duration) { w.spin.Store(int64(d)) }
+
+// SpinWait is the poll time set by SetSpinWait (0: none).
+func (w *Work) SpinWait() time.Duration { return time.Duration(w.spin.Load()) }
+
+// spinUntilDone polls for completion for up to d and reports whether the
+// Work completed meanwhile. It yields nothing to the scheduler: a
+// goroutine locked to its thread would hand its P off at every yield.
+func (w *Work) spinUntilDone(d time.Duration) bool {
+	end := time.Now().Add(d)
+	for i := 0; ; i++ {
+		if w.completeF.Load() {
+			return true
+		}
+		if i&63 == 63 && time.Now().After(end) {
+			return w.completeF.Load()
+		}
+	}
 }
 
 // Done is closed when the Work completes.
@@ -144,6 +181,7 @@ func (w *Work) Complete(err error) bool {
 		w.err = err
 		w.completed.Store(time.Now().UnixNano())
 		close(w.done)
+		w.completeF.Store(true)
 		first = true
 	})
 	return first

@@ -33,6 +33,12 @@
 //     enqueues the NCCL calls and records an end event; the op's Work
 //     completes when cuEventQuery says the end event is done. The op, and
 //     so its buffers, stay referenced until then.
+//   - Waiting: where GOMAXPROCS is at least 4 the launch goroutine polls
+//     its queue for Options.SpinIdle (100 µs) after its last op, and each
+//     Work's Wait polls for completion for Options.SpinWait (200 µs) before
+//     blocking (comm.Work.SetSpinWait), so that a small op costs no OS
+//     wake-up on either side (as CUDA spins in cudaStreamSynchronize on
+//     hosts with more cores than GPUs). On smaller machines neither spins.
 //   - Op mapping: coalesced ops and the list forms of AllGather and
 //     ReduceScatter run inside ncclGroupStart/End; AllToAll, Gather and
 //     Scatter are grouped Send/Recv; a bool Sum runs as Max and Product as

@@ -156,6 +156,7 @@ func (e *Engine) Size() int { return e.cfg.Size }
 func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
 	// Checked under mu: stop stores the stop error before it snapshots
 	// live, so w is either refused here or failed by stop.
+	w.SetSpinWait(e.opts.SpinWait)
 	e.mu.Lock()
 	if err := e.stopped(); err != nil {
 		e.mu.Unlock()

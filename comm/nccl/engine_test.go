@@ -163,6 +163,28 @@ func TestRecvSetsSource(t *testing.T) {
 	}
 }
 
+// TestSpinningEngine: with SpinIdle and SpinWait set, the engine hands
+// every Work its SpinWait and back-to-back allreduces still give the right
+// sums (the spinning paths of the launch goroutine and of Wait).
+func TestSpinningEngine(t *testing.T) {
+	v := newEnv(t)
+	e := v.engine("spin", nccl.Options{EagerInit: true, SpinIdle: 200 * time.Microsecond, SpinWait: 3 * time.Millisecond})
+	in := encode(comm.Float32, 4, func(i int) float64 { return float64(i) + 0.5 })
+	buf := v.dev(comm.Float32, in, 0)
+	for i := 0; i < 50; i++ {
+		w := launch(e, &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
+		if w.SpinWait() != 3*time.Millisecond {
+			t.Fatalf("Work.SpinWait = %v, want Options.SpinWait", w.SpinWait())
+		}
+		if err := wait(t, w, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := v.host(buf); !bytes.Equal(got, in) {
+		t.Fatalf("one-rank allreduce changed the data: % x, want % x", got, in)
+	}
+}
+
 // TestUnsupportedInputs: host buffers, bitwise reductions and wildcard
 // receives fail with ErrUnsupported; a buffer on another device with
 // ErrInvalidArgument; the engine stays usable.

@@ -130,9 +130,9 @@ func fp(t comm.OpType, dt comm.DType, n int, seq uint64) comm.Fingerprint {
 
 // engineFor makes a one-rank engine (eager init) and an in-place 4-byte
 // float32 allreduce op for benchmarks.
-func engineFor(b *testing.B) (*nccl.Engine, *comm.Op) {
+func engineFor(b *testing.B, opts nccl.Options) (*nccl.Engine, *comm.Op) {
 	v := newEnv(b)
-	e := v.engine("bench", nccl.Options{EagerInit: true})
+	e := v.engine("bench", opts)
 	buf := v.dev(comm.Float32, make([]byte, 4), 0)
 	return e, &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}}
 }

@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/ranktree/ranktree/comm"
@@ -30,11 +31,19 @@ type Options struct {
 	// locked thread adds an OS wake-up). 0 means 100 µs; negative: never spin.
 	SpinPoll time.Duration
 	// SpinIdle is how long the idle launch goroutine polls its queue before
-	// blocking (saves the OS wake-up of a parked thread between
-	// back-to-back launches, at the price of a busy core). 0: never spin
-	// (the default, right for shared or small machines); try 20 µs on a
-	// dedicated GPU host.
+	// blocking: it saves the OS wake-up of a parked thread when the next op
+	// follows within SpinIdle, at the price of a busy core meanwhile. 0
+	// means auto: 100 µs where GOMAXPROCS is at least 4 (a GPU host's
+	// rank), else never (a small or shared machine, where the spinning
+	// thread would take the core the next op needs). Negative: never.
 	SpinIdle time.Duration
+	// SpinWait is how long a Work's Wait polls for completion before it
+	// blocks (comm.Work.SetSpinWait), so that a small op's waiter is not
+	// woken by the OS (CUDA's cudaDeviceScheduleSpin, which PyTorch's
+	// default synchronize behaves as on hosts with more cores than GPUs).
+	// 0 means auto: 200 µs where GOMAXPROCS is at least 4, else never.
+	// Negative: never.
+	SpinWait time.Duration
 	// AsyncErrorInterval is how often the engine polls
 	// ncclCommGetAsyncError while ops are in flight. 0 means 10 ms.
 	AsyncErrorInterval time.Duration
@@ -43,11 +52,23 @@ type Options struct {
 	FinalizeTimeout time.Duration
 }
 
+// spinMinProcs is the GOMAXPROCS from which SpinIdle and SpinWait spin by
+// default: the launch thread and a waiter may then each hold a core while
+// the actor and the program keep two more.
+const spinMinProcs = 4
+
 // validate fills defaults and rejects negative durations (error wrapping
 // comm.ErrInvalidArgument).
 func (o *Options) validate(cfg comm.BackendConfig) error {
 	if o.SpinPoll == 0 {
 		o.SpinPoll = 100 * time.Microsecond
+	}
+	spin := runtime.GOMAXPROCS(0) >= spinMinProcs
+	if o.SpinIdle == 0 && spin {
+		o.SpinIdle = 100 * time.Microsecond
+	}
+	if o.SpinWait == 0 && spin {
+		o.SpinWait = 200 * time.Microsecond
 	}
 	for name, d := range map[string]time.Duration{"InitTimeout": o.InitTimeout, "PollInterval": o.PollInterval,
 		"AsyncErrorInterval": o.AsyncErrorInterval, "FinalizeTimeout": o.FinalizeTimeout} {

@@ -1,16 +1,21 @@
 // Command launchbench measures the host time per op of a 4-byte float32
-// allreduce at world size 1 on CUDA device 0: through the ranktree NCCL
-// engine, and through raw NCCL calls made by this program (ncclAllReduce
-// plus an end event, the least a caller can do). scripts/gpu-check.sh runs
-// it next to PyTorch's ProcessGroupNCCL and records the figures in
-// docs/gpu-verification.md.
+// allreduce at world size 1 on CUDA device 0: through a ranktree
+// ProcessGroup (ranktree.Init, the communicator actor, the NCCL engine:
+// what a program calls), through the NCCL engine alone, and through raw
+// NCCL calls made by this program (ncclAllReduce plus an end event, the
+// least a caller can do). scripts/gpu-check.sh runs it next to PyTorch's
+// ProcessGroupNCCL and records the figures in docs/gpu-verification.md.
 //
 // Two modes per path: "sync" (launch one op, wait for it, repeat: the
 // latency a training step sees for a small blocking allreduce) and
-// "pipelined" (launch -n ops back to back, then wait for the last: the
-// launch cost). Output: one JSON object per line.
+// "pipelined" (launch -n ops back to back, then wait for them: the launch
+// cost). Output: one JSON object per line.
 //
-// Usage: launchbench [-n 2000] [-warmup 200] [-spin-idle 20us]
+// -spin-idle and -spin-wait set nccl.Options.SpinIdle and SpinWait (0: the
+// engine's automatic choice; a negative value: never spin); the path names
+// carry the values given.
+//
+// Usage: launchbench [-n 2000] [-warmup 200] [-spin-idle 20us] [-spin-wait 200us]
 package main
 
 import (
@@ -24,12 +29,14 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ranktree/ranktree"
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cuda"
 	"github.com/ranktree/ranktree/comm/nccl"
+	"github.com/ranktree/ranktree/store"
 )
 
-var spinIdle time.Duration
+var spinIdle, spinWait time.Duration
 
 type result struct {
 	Path    string  `json:"path"`
@@ -42,7 +49,8 @@ type result struct {
 func main() {
 	n := flag.Int("n", 2000, "timed ops per measurement")
 	warm := flag.Int("warmup", 200, "untimed ops first")
-	flag.DurationVar(&spinIdle, "spin-idle", 0, "nccl.Options.SpinIdle for the ranktree engine")
+	flag.DurationVar(&spinIdle, "spin-idle", 0, "nccl.Options.SpinIdle for the ranktree engine (0: auto, <0: never)")
+	flag.DurationVar(&spinWait, "spin-wait", 0, "nccl.Options.SpinWait for the ranktree engine (0: auto, <0: never)")
 	flag.Parse()
 	if err := run(*n, *warm); err != nil {
 		fmt.Fprintln(os.Stderr, "launchbench:", err)
@@ -81,55 +89,51 @@ func run(n, warm int) error {
 	}
 	defer cu.MemFree(buf)
 	ver := nccl.VersionString(nc.Version())
-	path0 := "ranktree"
-	if spinIdle > 0 {
-		path0 = "ranktree-spin" + spinIdle.String()
+	suffix := ""
+	if spinIdle != 0 {
+		suffix += "-spinidle" + spinIdle.String()
+	}
+	if spinWait != 0 {
+		suffix += "-spinwait" + spinWait.String()
 	}
 	emit := func(path, mode string, ops int, d time.Duration) {
-		if path == "ranktree" {
-			path = path0
+		if path != "raw-nccl" {
+			path += suffix
 		}
 		_ = json.NewEncoder(os.Stdout).Encode(result{path, mode, ops, float64(d.Nanoseconds()) / float64(ops), ver})
 	}
+	opts := nccl.Options{EagerInit: true, SpinIdle: spinIdle, SpinWait: spinWait}
+	b := comm.DeviceBuffer(uintptr(buf), 1, comm.Float32, 0, 0)
+	bg := context.Background()
 
-	// ranktree engine
-	e, err := nccl.New(context.Background(), comm.BackendConfig{Group: "bench", Size: 1, Device: 0, Timeout: time.Minute, Log: zerolog.Nop()},
-		nccl.Options{EagerInit: true, SpinIdle: spinIdle})
+	// ranktree: the ProcessGroup a program uses
+	rt, err := ranktree.Init(bg, ranktree.WithStore(store.NewMemStore()), ranktree.WithRank(0), ranktree.WithWorldSize(1), ranktree.WithLocalRank(0), ranktree.WithLocalWorldSize(1), ranktree.WithGroupRank(0),
+		ranktree.WithJob("launchbench"), ranktree.WithLogger(zerolog.Nop()),
+		ranktree.WithBackend(nccl.Factory(opts)), ranktree.WithDevice(0))
 	if err != nil {
 		return err
 	}
-	b := comm.DeviceBuffer(uintptr(buf), 1, comm.Float32, 0, 0)
+	pg := rt.World()
+	if err := measure(n, warm, emit, "ranktree-pg", func() *comm.Work { return pg.AllReduce(bg, b, comm.Sum) }); err != nil {
+		return err
+	}
+	if err := rt.Close(bg); err != nil {
+		return err
+	}
+
+	// ranktree: the NCCL engine alone
+	e, err := nccl.New(bg, comm.BackendConfig{Group: "bench", Size: 1, Device: 0, Timeout: time.Minute, Log: zerolog.Nop()}, opts)
+	if err != nil {
+		return err
+	}
 	op := &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{b}}
-	bg := context.Background()
-	one := func() error {
+	if err := measure(n, warm, emit, "ranktree-engine", func() *comm.Work {
 		w := comm.NewWork(comm.OpAllReduce)
 		e.Launch(op, w)
-		return w.Wait(bg)
+		return w
+	}); err != nil {
+		return err
 	}
-	for i := 0; i < warm; i++ {
-		if err := one(); err != nil {
-			return err
-		}
-	}
-	t0 := time.Now()
-	for i := 0; i < n; i++ {
-		if err := one(); err != nil {
-			return err
-		}
-	}
-	emit("ranktree", "sync", n, time.Since(t0))
-	t0 = time.Now()
-	ws := make([]*comm.Work, n)
-	for i := range ws {
-		ws[i] = comm.NewWork(comm.OpAllReduce)
-		e.Launch(op, ws[i])
-	}
-	for _, w := range ws {
-		if err := w.Wait(bg); err != nil {
-			return err
-		}
-	}
-	emit("ranktree", "pipelined", n, time.Since(t0))
 	if err := e.Close(); err != nil {
 		return err
 	}
@@ -179,7 +183,7 @@ func run(n, warm int) error {
 			return err
 		}
 	}
-	t0 = time.Now()
+	t0 := time.Now()
 	for i := 0; i < n; i++ {
 		if err := raw(true); err != nil {
 			return err
@@ -196,5 +200,36 @@ func run(n, warm int) error {
 		return err
 	}
 	emit("raw-nccl", "pipelined", n, time.Since(t0))
+	return nil
+}
+
+// measure times n ops of launch, each waited for before the next ("sync"),
+// then n launched back to back and waited for ("pipelined"), after warm
+// untimed ops.
+func measure(n, warm int, emit func(path, mode string, ops int, d time.Duration), path string, launch func() *comm.Work) error {
+	bg := context.Background()
+	for i := 0; i < warm; i++ {
+		if err := launch().Wait(bg); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		if err := launch().Wait(bg); err != nil {
+			return err
+		}
+	}
+	emit(path, "sync", n, time.Since(t0))
+	ws := make([]*comm.Work, n)
+	t0 = time.Now()
+	for i := range ws {
+		ws[i] = launch()
+	}
+	for _, w := range ws {
+		if err := w.Wait(bg); err != nil {
+			return err
+		}
+	}
+	emit(path, "pipelined", n, time.Since(t0))
 	return nil
 }
