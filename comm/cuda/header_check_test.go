@@ -257,7 +257,7 @@ func TestHeaderCUDASymbolTable(t *testing.T) {
 // arguments as the prototypes of its symbol's names have parameters, and
 // every numeric constant of the package is in hdrCUDAConsts.
 func TestHeaderCUDACalls(t *testing.T) {
-	files := cheader.ParseGoPackage(t, ".")
+	files := cheader.ParseGoPackage(t, ".", "cuda")
 	arity := cheader.CallArity(files)
 	for _, s := range hdrCUDASymbols() {
 		if len(arity[s.field]) == 0 {

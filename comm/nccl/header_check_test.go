@@ -401,6 +401,7 @@ func TestHeaderNCCL(t *testing.T) {
 // the symbols lib.go binds, and hdrNCCLOptional the ones Open treats as
 // optional.
 func TestHeaderNCCLSymbolTable(t *testing.T) {
+	cheader.ParseGoPackage(t, ".", "nccl") // skips outside the package folder
 	src, err := os.ReadFile("lib.go")
 	if err != nil {
 		t.Fatal(err)
@@ -442,7 +443,7 @@ func TestHeaderNCCLSymbolTable(t *testing.T) {
 // arguments as the prototype in hdrNCCLProtos has parameters, and every
 // numeric constant of the package is in hdrNCCLConsts.
 func TestHeaderNCCLCalls(t *testing.T) {
-	files := cheader.ParseGoPackage(t, ".")
+	files := cheader.ParseGoPackage(t, ".", "nccl")
 	// lib.go's Open table: {&f.field, "ncclName", optional}.
 	field := map[string]string{}
 	for _, f := range files {

@@ -94,7 +94,7 @@ func TestGoReaders(t *testing.T) {
 }
 
 func TestParseGoPackage(t *testing.T) {
-	files := ParseGoPackage(t, ".")
+	files := ParseGoPackage(t, ".", "cheader")
 	var names []string
 	for _, f := range files {
 		for _, d := range f.Decls {
@@ -110,6 +110,15 @@ func TestParseGoPackage(t *testing.T) {
 	}
 	if slices.Contains(names, "TestParseGoPackage") {
 		t.Error("ParseGoPackage(\".\") parsed a _test.go file")
+	}
+	// Another package's folder, or one without Go files: the test skips.
+	var skipped bool
+	t.Run("elsewhere", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		ParseGoPackage(t, t.TempDir(), "cheader")
+	})
+	if !skipped {
+		t.Error("ParseGoPackage did not skip a folder without the package")
 	}
 }
 
