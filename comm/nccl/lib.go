@@ -86,7 +86,8 @@ func Load() (*Lib, error) {
 }
 
 // wheelCandidates lists existing site-packages/nvidia/nccl/lib/libnccl.so.2
-// files: from well-known prefixes, or (askPython) from python3's site dirs.
+// files (then any site-packages/nvidia/*/lib/libnccl.so.2): from well-known
+// prefixes, or (askPython) from python3's site dirs.
 func wheelCandidates(askPython bool) []string {
 	var sites []string
 	if askPython {
@@ -122,13 +123,19 @@ func wheelCandidates(askPython bool) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, s := range sites {
-		p := filepath.Join(s, "nvidia", "nccl", "lib", "libnccl.so.2")
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		if _, err := os.Stat(p); err == nil {
-			out = append(out, p)
+		// nvidia-nccl-cu12/cu13 install nvidia/nccl/lib; any other
+		// nvidia/<pkg>/lib (a consolidated cu13 folder) comes after it.
+		ps := []string{filepath.Join(s, "nvidia", "nccl", "lib", "libnccl.so.2")}
+		m, _ := filepath.Glob(filepath.Join(s, "nvidia", "*", "lib", "libnccl.so.2"))
+		sort.Strings(m)
+		for _, p := range append(ps, m...) {
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, p)
+			}
 		}
 	}
 	return out
