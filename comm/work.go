@@ -29,8 +29,7 @@ type Work struct {
 	// spin (SetSpinWait, nanoseconds): how long Wait polls before blocking.
 	// Atomic: the engine sets it when it takes the Work, which the caller
 	// may already be waiting on.
-	spin      atomic.Int64
-	completeF atomic.Bool // set by Complete, polled by a spinning Wait
+	spin atomic.Int64
 }
 
 // Timings are a Work's timestamps; zero values mean "not yet".
@@ -67,7 +66,6 @@ func (w *Work) Wait(ctx context.Context) error {
 	default:
 	}
 	if d := time.Duration(w.spin.Load()); d > 0 && w.spinUntilDone(d) {
-		<-w.done // closed right after completeF is set
 		return w.err
 	}
 	var expired <-chan time.Time
@@ -113,16 +111,17 @@ func (w *Work) SetSpinWait(d time.Duration) { w.spin.Store(int64(d)) }
 func (w *Work) SpinWait() time.Duration { return time.Duration(w.spin.Load()) }
 
 // spinUntilDone polls for completion for up to d and reports whether the
-// Work completed meanwhile. It yields nothing to the scheduler: a
-// goroutine locked to its thread would hand its P off at every yield.
+// Work completed meanwhile (a non-blocking receive from an open channel
+// takes no lock). It yields nothing to the scheduler: a goroutine locked
+// to its thread would hand its P off at every yield.
 func (w *Work) spinUntilDone(d time.Duration) bool {
 	end := time.Now().Add(d)
 	for i := 0; ; i++ {
-		if w.completeF.Load() {
+		if w.IsCompleted() {
 			return true
 		}
 		if i&63 == 63 && time.Now().After(end) {
-			return w.completeF.Load()
+			return w.IsCompleted()
 		}
 	}
 }
@@ -181,7 +180,6 @@ func (w *Work) Complete(err error) bool {
 		w.err = err
 		w.completed.Store(time.Now().UnixNano())
 		close(w.done)
-		w.completeF.Store(true)
 		first = true
 	})
 	return first

@@ -154,9 +154,9 @@ func (e *Engine) Size() int { return e.cfg.Size }
 // comm.ErrClosed, comm.ErrUnsupported (host buffers, bitwise reductions,
 // AnySource receives) or an *InitTimeoutError (lazy init).
 func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
+	w.SetSpinWait(e.opts.SpinWait)
 	// Checked under mu: stop stores the stop error before it snapshots
 	// live, so w is either refused here or failed by stop.
-	w.SetSpinWait(e.opts.SpinWait)
 	e.mu.Lock()
 	if err := e.stopped(); err != nil {
 		e.mu.Unlock()
