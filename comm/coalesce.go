@@ -108,7 +108,7 @@ func (pg *ProcessGroup) Coalesce(ctx context.Context, fn func(c *Coalescer) erro
 	if len(c.ops) == 0 {
 		return FailedWork(OpCoalesced, nil)
 	}
-	return pg.submit(coalesced(c.ops), opts)
+	return pg.submit(ctx, coalesced(c.ops), opts)
 }
 
 // UsesP2PSeq reports whether op takes the group's P2P sequence number

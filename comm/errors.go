@@ -3,6 +3,7 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -60,32 +61,98 @@ func (e *ArgError) Error() string {
 // Unwrap returns ErrInvalidArgument.
 func (e *ArgError) Unwrap() error { return ErrInvalidArgument }
 
-// MismatchError says that two ranks launched different ops at one seq. Its
-// text describes both sides, e.g. "rank 1 is at seq 7 AllReduce(float32×1024);
-// rank 0 is at seq 7 Broadcast(float32×1024, root 0)".
+// MismatchError says that two ranks launched different ops at one seq, or
+// the same op with sizes that do not fit together (split sizes, V-variant
+// counts). Its text names both ranks, both ops and the fields that differ,
+// e.g. "rank 1 is at seq 7 Broadcast(float32×4, root 1); rank 0 is at seq 7
+// Broadcast(float32×4, root 0) (root differs)". Every member of the group
+// fails with it (the rank that detects it tells the others), within
+// milliseconds rather than at the timeout.
 type MismatchError struct {
-	LocalRank, RemoteRank int
-	Local, Remote         Fingerprint
+	LocalRank, RemoteRank int         // group ranks of the two sides
+	Local, Remote         Fingerprint // the op each side launched (zero: not known)
+	// Detail describes a mismatch the fingerprints do not show (both
+	// sides launched the same op but disagree on sizes), or is empty.
+	Detail string
 }
 
-// Error implements error: the message names what failed and why.
+// Error implements error: the message names both ranks, their ops and
+// which fields differ.
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("comm: collective mismatch: rank %d is at %v; rank %d is at %v",
-		e.LocalRank, e.Local, e.RemoteRank, e.Remote)
+	var b strings.Builder
+	b.WriteString("comm: collective mismatch: ")
+	side := func(rank int, fp Fingerprint) {
+		if fp.Op == 0 {
+			fmt.Fprintf(&b, "rank %d is at an op not known here", rank)
+			return
+		}
+		fmt.Fprintf(&b, "rank %d is at %v", rank, fp)
+	}
+	side(e.LocalRank, e.Local)
+	b.WriteString("; ")
+	side(e.RemoteRank, e.Remote)
+	if d := e.Fields(); len(d) > 0 {
+		fmt.Fprintf(&b, " (%s differ)", strings.Join(d, ", "))
+	}
+	if e.Detail != "" {
+		b.WriteString(": " + e.Detail)
+	}
+	return b.String()
+}
+
+// Fields names the fingerprint fields that differ between the two sides
+// ("op", "dtype", "count", "root", "reduce op", "seq", "group", "epoch"),
+// or nil when either side is unknown or they are equal.
+func (e *MismatchError) Fields() []string {
+	a, c := e.Local, e.Remote
+	if a.Op == 0 || c.Op == 0 {
+		return nil
+	}
+	var d []string
+	add := func(diff bool, name string) {
+		if diff {
+			d = append(d, name)
+		}
+	}
+	add(a.Group != c.Group, "group")
+	add(a.Epoch != c.Epoch, "epoch")
+	add(a.Seq != c.Seq, "seq")
+	add(a.Op != c.Op, "op")
+	add(a.DType != c.DType, "dtype")
+	add(a.Count != c.Count, "count")
+	add(a.Root != c.Root, "root")
+	add(a.RedOp != c.RedOp, "reduce op")
+	return d
 }
 
 // Unwrap returns ErrMismatch.
 func (e *MismatchError) Unwrap() error { return ErrMismatch }
 
-// RemoteAbortError reports that rank Rank aborted the communicator.
+// RemoteAbortError reports that another member's failure broke the
+// communicator: Rank is the global rank where the failure started (the
+// rank that aborted, timed out, found a mismatch, or the rank that died),
+// never a rank that only passed the news on (Relay).
 type RemoteAbortError struct {
-	Rank   int    // global rank that aborted
-	Reason string // its reason, as it wrote it to the store
+	Rank   int    // global rank where the failure started
+	Reason string // what happened there, in that rank's words
+	// Seq is the collective seq the origin was at when it failed (0: not known).
+	Seq uint64
+	// Relay is the global rank this rank heard it from, when not Rank
+	// itself (-1 or equal to Rank otherwise).
+	Relay int
 }
 
-// Error implements error: the message names what failed and why.
+// Error implements error: the message names the origin rank, its seq and
+// reason.
 func (e *RemoteAbortError) Error() string {
-	return fmt.Sprintf("comm: communicator aborted by rank %d: %s", e.Rank, e.Reason)
+	s := fmt.Sprintf("comm: communicator aborted by a failure at rank %d", e.Rank)
+	if e.Seq != 0 {
+		s += fmt.Sprintf(", seq %d", e.Seq)
+	}
+	if e.Relay >= 0 && e.Relay != e.Rank {
+		s += fmt.Sprintf(" (reported by rank %d)", e.Relay)
+	}
+	return s + ": " + e.Reason
 }
 
 // Unwrap returns ErrRemoteAbort.
@@ -155,6 +222,9 @@ type EngineError struct {
 
 // Error implements error: the message names what failed and why.
 func (e *EngineError) Error() string {
+	if e.FP.Op == 0 {
+		return fmt.Sprintf("comm: %s engine error on rank %d: %s", e.Engine, e.Rank, e.Msg)
+	}
 	return fmt.Sprintf("comm: %s engine error on rank %d at %v: %s", e.Engine, e.Rank, e.FP, e.Msg)
 }
 
@@ -177,3 +247,65 @@ func (e *AbortedError) Error() string {
 
 // Unwrap returns ErrAborted and the reason.
 func (e *AbortedError) Unwrap() []error { return []error{ErrAborted, e.Reason} }
+
+// CanceledError is the error of a Work whose ctx was cancelled after it was
+// launched. A collective cannot be left half-done, so the communicator is
+// aborted with it (peers fail with *RemoteAbortError naming this rank).
+// It unwraps to ErrAborted and to the ctx's error (context.Canceled or
+// context.DeadlineExceeded).
+type CanceledError struct {
+	Group string
+	Rank  int // group rank
+	FP    Fingerprint
+	Err   error // ctx.Err()
+}
+
+// Error implements error: the message names the op and the ctx's error.
+func (e *CanceledError) Error() string {
+	return fmt.Sprintf("comm: rank %d: %v on group %q abandoned: %v; the communicator is aborted", e.Rank, e.FP, e.Group, e.Err)
+}
+
+// Unwrap returns ErrAborted and the ctx's error.
+func (e *CanceledError) Unwrap() []error { return []error{ErrAborted, e.Err} }
+
+// Blame finds the rank where the failure behind err started and its seq:
+// the origin of a *RemoteAbortError, the peer of a *TransportError, the
+// first rank a *TimeoutError says never reached the op, the rank of an
+// *EngineError, else self (a mismatch this rank found, an abort it chose,
+// a cancelled ctx). members maps
+// group ranks to global ranks. The seq is that of the op err names (0 if
+// none).
+func Blame(err error, self int, members []int) (rank int, seq uint64) {
+	global := func(groupRank int) int {
+		if groupRank >= 0 && groupRank < len(members) {
+			return members[groupRank]
+		}
+		return self
+	}
+	var ra *RemoteAbortError
+	var te *TransportError
+	var me *MismatchError
+	var to *TimeoutError
+	var ee *EngineError
+	var ce *CanceledError
+	switch {
+	case errors.As(err, &ra):
+		return ra.Rank, ra.Seq
+	case errors.As(err, &me):
+		return self, max(me.Local.Seq, me.Remote.Seq)
+	case errors.As(err, &te):
+		return global(te.Peer), te.FP.Seq
+	case errors.As(err, &to):
+		// The ranks that never reached the op are where it went wrong
+		// (a hung, stopped or desynchronized rank), unless this one is.
+		if len(to.NotReached) > 0 && !slices.Contains(to.NotReached, self) {
+			return to.NotReached[0], to.FP.Seq
+		}
+		return self, to.FP.Seq
+	case errors.As(err, &ce):
+		return self, ce.FP.Seq
+	case errors.As(err, &ee):
+		return global(ee.Rank), ee.FP.Seq
+	}
+	return self, 0
+}

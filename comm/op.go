@@ -53,6 +53,12 @@ func (t OpType) Title() string {
 // IsP2P reports whether t is Send or Recv (which use the P2P sequence).
 func (t OpType) IsP2P() bool { return t == OpSend || t == OpRecv }
 
+// IsRooted reports whether t is a collective with a root: Broadcast,
+// Reduce, Gather or Scatter.
+func (t OpType) IsRooted() bool {
+	return t == OpBroadcast || t == OpReduce || t == OpGather || t == OpScatter
+}
+
 // AnySource as Op.Peer of a Recv receives from whichever rank sends first
 // (torch.distributed.recv with src=None).
 const AnySource = -1

@@ -47,7 +47,7 @@ func (pg *ProcessGroup) ISend(ctx context.Context, buf Buffer, dst, tag int, opt
 		return w
 	}
 	op, err := pg.lowerP2P(OpSend, buf, dst, tag, false)
-	return pg.run(OpSend, op, err, opts)
+	return pg.run(ctx, OpSend, op, err, opts)
 }
 
 // IRecv receives into buf from group rank src (or AnySource) with tag,
@@ -58,7 +58,7 @@ func (pg *ProcessGroup) IRecv(ctx context.Context, buf Buffer, src, tag int, opt
 		return w
 	}
 	op, err := pg.lowerP2P(OpRecv, buf, src, tag, true)
-	return pg.run(OpRecv, op, err, opts)
+	return pg.run(ctx, OpRecv, op, err, opts)
 }
 
 // Send sends buf to dst with tag and waits for completion (torch send).
@@ -105,5 +105,5 @@ func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp) *Work {
 		}
 		children[i] = op
 	}
-	return pg.submit(coalesced(children), nil)
+	return pg.submit(ctx, coalesced(children), nil)
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -287,16 +288,53 @@ func (pg *ProcessGroup) precheck(ctx context.Context, op OpType) *Work {
 	return nil
 }
 
-// submit applies opts (the op's timeout) and hands op to the launcher. op's
-// fingerprint already holds the op's shape (type, dtype, count, root, reduce
-// op); the communicator actor fills in its identity (group hash, epoch, seq).
-func (pg *ProcessGroup) submit(op *Op, opts []OpOption) *Work {
+// submit applies opts (the op's timeout) and ctx, and hands op to the
+// launcher. op's fingerprint already holds the op's shape (type, dtype,
+// count, root, reduce op); the communicator actor fills in its identity
+// (group hash, epoch, seq).
+//
+// ctx bounds the op after launch too (see "Contexts" in doc.go):
+//   - a ctx deadline earlier than the op's timeout becomes its timeout, so
+//     the watchdog fails the Work with a *TimeoutError and aborts the
+//     communicator exactly as for the op timeout;
+//   - cancelling ctx before the Work completes fails it with a
+//     *CanceledError (wrapping ctx.Err()) and aborts the communicator,
+//     since a collective cannot be left half-done.
+func (pg *ProcessGroup) submit(ctx context.Context, op *Op, opts []OpOption) *Work {
 	cfg := ApplyOpOptions(opts)
 	op.Timeout = cfg.Timeout
 	if op.Timeout <= 0 {
 		op.Timeout = pg.Timeout()
 	}
 	w := NewWork(op.Type)
+	if ctx != nil {
+		if dl, ok := ctx.Deadline(); ok {
+			if d := time.Until(dl); d < op.Timeout {
+				op.Timeout = max(d, time.Nanosecond)
+			}
+		}
+		if ctx.Done() != nil {
+			fp := op.FP
+			stop := context.AfterFunc(ctx, func() {
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					return // the op's timeout is the deadline: the watchdog fails it
+				}
+				if w.IsCompleted() {
+					return
+				}
+				fp.Seq = w.Seq()
+				err := &CanceledError{Group: pg.name, Rank: pg.rank, FP: fp, Err: ctx.Err()}
+				pg.log.Warn().Err(err).Msg("op abandoned by its ctx; aborting the communicator")
+				// Abort first: once the Work has failed, every peer knows
+				// (the engine's Abort waits for their acknowledgements).
+				// The engine then fails the Work with an *AbortedError
+				// wrapping err, unless this Complete comes first.
+				pg.launcher.Abort(err)
+				w.Complete(err)
+			})
+			w.after = func() { stop() }
+		}
+	}
 	pg.launcher.Submit(op, w)
 	return w
 }

@@ -21,11 +21,11 @@ func newOp(t OpType, dt DType, red RedOpType, count int, root int) *Op {
 	}
 }
 
-func (pg *ProcessGroup) run(t OpType, op *Op, err error, opts []OpOption) *Work {
+func (pg *ProcessGroup) run(ctx context.Context, t OpType, op *Op, err error, opts []OpOption) *Work {
 	if err != nil {
 		return FailedWork(t, err)
 	}
-	return pg.submit(op, opts)
+	return pg.submit(ctx, op, opts)
 }
 
 // AllReduce reduces buf across the group with red, in place; every rank
@@ -36,7 +36,7 @@ func (pg *ProcessGroup) AllReduce(ctx context.Context, buf Buffer, red ReduceOp,
 		return w
 	}
 	op, err := pg.lowerAllReduce(buf, red)
-	return pg.run(OpAllReduce, op, err, opts)
+	return pg.run(ctx, OpAllReduce, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerAllReduce(buf Buffer, red ReduceOp) (*Op, error) {
@@ -73,7 +73,7 @@ func (pg *ProcessGroup) AllReduceCoalesced(ctx context.Context, bufs []Buffer, r
 		}
 		children[i] = op
 	}
-	return pg.submit(coalesced(children), opts)
+	return pg.submit(ctx, coalesced(children), opts)
 }
 
 // Broadcast copies root's buf to every rank's buf (torch broadcast,
@@ -83,7 +83,7 @@ func (pg *ProcessGroup) Broadcast(ctx context.Context, buf Buffer, root int, opt
 		return w
 	}
 	op, err := pg.lowerBroadcast(buf, root)
-	return pg.run(OpBroadcast, op, err, opts)
+	return pg.run(ctx, OpBroadcast, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerBroadcast(buf Buffer, root int) (*Op, error) {
@@ -105,7 +105,7 @@ func (pg *ProcessGroup) Reduce(ctx context.Context, buf Buffer, root int, red Re
 		return w
 	}
 	op, err := pg.lowerReduce(buf, root, red)
-	return pg.run(OpReduce, op, err, opts)
+	return pg.run(ctx, OpReduce, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerReduce(buf Buffer, root int, red ReduceOp) (*Op, error) {
@@ -132,7 +132,7 @@ func (pg *ProcessGroup) AllGather(ctx context.Context, out []Buffer, in Buffer, 
 		return w
 	}
 	op, err := pg.lowerAllGather(out, in)
-	return pg.run(OpAllGather, op, err, opts)
+	return pg.run(ctx, OpAllGather, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerAllGather(out []Buffer, in Buffer) (*Op, error) {
@@ -165,7 +165,7 @@ func (pg *ProcessGroup) AllGatherInto(ctx context.Context, out, in Buffer, opts 
 		return w
 	}
 	op, err := pg.lowerAllGatherInto(out, in)
-	return pg.run(OpAllGather, op, err, opts)
+	return pg.run(ctx, OpAllGather, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerAllGatherInto(out, in Buffer) (*Op, error) {
@@ -198,7 +198,7 @@ func (pg *ProcessGroup) AllGatherV(ctx context.Context, out Buffer, in Buffer, c
 		return w
 	}
 	op, err := pg.lowerAllGatherV(out, in, counts)
-	return pg.run(OpAllGatherV, op, err, opts)
+	return pg.run(ctx, OpAllGatherV, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerAllGatherV(out, in Buffer, counts []int) (*Op, error) {
@@ -237,7 +237,7 @@ func (pg *ProcessGroup) ReduceScatter(ctx context.Context, out Buffer, in []Buff
 		return w
 	}
 	op, err := pg.lowerReduceScatter(out, in, red)
-	return pg.run(OpReduceScatter, op, err, opts)
+	return pg.run(ctx, OpReduceScatter, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerReduceScatter(out Buffer, in []Buffer, red ReduceOp) (*Op, error) {
@@ -274,7 +274,7 @@ func (pg *ProcessGroup) ReduceScatterTensor(ctx context.Context, out, in Buffer,
 		return w
 	}
 	op, err := pg.lowerReduceScatterTensor(out, in, red)
-	return pg.run(OpReduceScatter, op, err, opts)
+	return pg.run(ctx, OpReduceScatter, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerReduceScatterTensor(out, in Buffer, red ReduceOp) (*Op, error) {
@@ -310,7 +310,7 @@ func (pg *ProcessGroup) ReduceScatterV(ctx context.Context, out, in Buffer, coun
 		return w
 	}
 	op, err := pg.lowerReduceScatterV(out, in, counts, red)
-	return pg.run(OpReduceScatterV, op, err, opts)
+	return pg.run(ctx, OpReduceScatterV, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerReduceScatterV(out, in Buffer, counts []int, red ReduceOp) (*Op, error) {
@@ -354,7 +354,7 @@ func (pg *ProcessGroup) AllToAllSingle(ctx context.Context, out, in Buffer, outS
 		return w
 	}
 	op, err := pg.lowerAllToAllSingle(out, in, outSplits, inSplits)
-	return pg.run(OpAllToAll, op, err, opts)
+	return pg.run(ctx, OpAllToAll, op, err, opts)
 }
 
 func (pg *ProcessGroup) splits(what string, b Buffer, splits []int) ([]int, error) {
@@ -413,7 +413,7 @@ func (pg *ProcessGroup) AllToAll(ctx context.Context, out, in []Buffer, opts ...
 		return w
 	}
 	op, err := pg.lowerAllToAll(out, in)
-	return pg.run(OpAllToAll, op, err, opts)
+	return pg.run(ctx, OpAllToAll, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerAllToAll(out, in []Buffer) (*Op, error) {
@@ -451,7 +451,7 @@ func (pg *ProcessGroup) Gather(ctx context.Context, out []Buffer, in Buffer, roo
 		return w
 	}
 	op, err := pg.lowerGather(out, in, root)
-	return pg.run(OpGather, op, err, opts)
+	return pg.run(ctx, OpGather, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerGather(out []Buffer, in Buffer, root int) (*Op, error) {
@@ -493,7 +493,7 @@ func (pg *ProcessGroup) Scatter(ctx context.Context, out Buffer, in []Buffer, ro
 		return w
 	}
 	op, err := pg.lowerScatter(out, in, root)
-	return pg.run(OpScatter, op, err, opts)
+	return pg.run(ctx, OpScatter, op, err, opts)
 }
 
 func (pg *ProcessGroup) lowerScatter(out Buffer, in []Buffer, root int) (*Op, error) {
@@ -533,7 +533,7 @@ func (pg *ProcessGroup) Barrier(ctx context.Context, opts ...OpOption) *Work {
 	if w := pg.precheck(ctx, OpBarrier); w != nil {
 		return w
 	}
-	return pg.submit(newOp(OpBarrier, 0, 0, 0, -1), opts)
+	return pg.submit(ctx, newOp(OpBarrier, 0, 0, 0, -1), opts)
 }
 
 // coalesced wraps children into one OpCoalesced. Its fingerprint carries

@@ -26,6 +26,10 @@ type Work struct {
 	deadline  time.Time
 	onTimeout func(elapsed time.Duration) error
 
+	// after, if set before the Work is handed out, runs once when it
+	// completes (ProcessGroup.submit: stop watching the op's ctx).
+	after func()
+
 	// spin (SetSpinWait, nanoseconds): how long Wait polls before blocking.
 	// Atomic: the engine sets it when it takes the Work, which the caller
 	// may already be waiting on.
@@ -55,8 +59,9 @@ func FailedWork(op OpType, err error) *Work {
 }
 
 // Wait blocks until the Work completes or ctx ends, and returns the Work's
-// error (nil on success) or ctx's error. A ctx that ends does not cancel the
-// op: it stays in flight under the watchdog. With blocking wait
+// error (nil on success) or ctx's error. Wait's ctx bounds only the wait:
+// it does not cancel the op, which stays in flight under the watchdog (the
+// ctx given to the op's ProcessGroup method is the one that bounds the op). With blocking wait
 // (SetDeadline) Wait also returns the deadline's error, typically a
 // *TimeoutError, once the deadline passes. c10d: Work.wait().
 func (w *Work) Wait(ctx context.Context) error {
@@ -181,6 +186,9 @@ func (w *Work) Complete(err error) bool {
 		w.completed.Store(time.Now().UnixNano())
 		close(w.done)
 		first = true
+		if w.after != nil {
+			w.after()
+		}
 	})
 	return first
 }

@@ -492,6 +492,18 @@ func (wd *Watchdog) apply(acts []Action) {
 			wd.aborted.Store(true)
 		}
 	}
+	// Abort the communicators before any Work of this step fails: an
+	// abort is final only if the peers have learned of it (the engine's
+	// Abort waits for that) before the caller, seeing its Work fail, can
+	// go on to meet them elsewhere.
+	for _, a := range acts {
+		if a, ok := a.(ActAbortComm); ok {
+			log.Error().Err(a.Reason).Int("rank", wd.cfg.Rank).Str("group", a.Group).Msg("watchdog: aborting communicator")
+			if g := wd.groups[a.Group]; g != nil && g.abort != nil {
+				g.abort.Abort(a.Reason)
+			}
+		}
+	}
 	for _, a := range acts {
 		switch a := a.(type) {
 		case ActFailWork:
@@ -509,11 +521,7 @@ func (wd *Watchdog) apply(acts []Action) {
 					Op: tw.fp.Op.String(), Action: "timeout", Error: a.Err.Error()})
 			}
 		case ActAbortComm:
-			log.Error().Err(a.Reason).Int("rank", wd.cfg.Rank).Str("group", a.Group).Msg("watchdog: aborting communicator")
-			g := wd.groups[a.Group]
-			if g != nil && g.abort != nil {
-				g.abort.Abort(a.Reason)
-			}
+			g := wd.groups[a.Group] // aborted above
 			ev := actors.Event{Kind: actors.KindCommAbort, Group: a.Group, Error: a.Reason.Error(), Action: "abort"}
 			if g != nil {
 				ev.Epoch = g.spec.Epoch

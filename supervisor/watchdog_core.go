@@ -58,10 +58,25 @@ const (
 
 // AbortRecord is the value of abort/<comm-id>.
 type AbortRecord struct {
-	Rank   int    `json:"rank"` // global rank that aborted
+	Rank   int    `json:"rank"` // global rank that aborted (wrote the record)
 	Group  string `json:"group"`
 	Epoch  uint32 `json:"epoch"`
 	Reason string `json:"reason"`
+	// Origin is the global rank where the failure started: Rank itself,
+	// or the peer it blames (a dead peer, the origin of a remote abort).
+	// Records without it (older writers) mean Rank.
+	Origin *int `json:"origin,omitempty"`
+	// Seq is the collective seq at which the failure started (0: unknown).
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// OriginRank is the global rank where the failure started: Origin if set,
+// else Rank.
+func (r AbortRecord) OriginRank() int {
+	if r.Origin != nil {
+		return *r.Origin
+	}
+	return r.Rank
 }
 
 // Progress is one rank's collective progress in one communicator, as
@@ -470,15 +485,19 @@ func (c *WatchdogCore) asyncError(e EvAsyncError) []Action {
 	if g == nil || g.aborted || e.Err == nil {
 		return nil
 	}
-	var ee *comm.EngineError
-	if !errors.As(e.Err, &ee) {
-		ee = &comm.EngineError{Engine: g.spec.Engine, Rank: c.cfg.Rank, Msg: e.Err.Error()}
+	// Typed errors (a mismatch, a remote abort, a dead peer) keep their
+	// type, so that errors.Is/As still find them in every failed Work;
+	// anything else becomes an *EngineError.
+	cause := e.Err
+	if !isTyped(cause) {
+		ee := &comm.EngineError{Engine: g.spec.Engine, Rank: c.cfg.Rank, Msg: e.Err.Error()}
 		if w := c.oldest(e.Group); w != nil {
 			ee.FP = w.fp
 		}
+		cause = ee
 	}
-	acts := c.failGroupWorks(e.Group, ee)
-	return append(acts, c.incident(g, ee, fmt.Sprintf("rank %d: async engine error on group %q: %v", c.cfg.Rank, e.Group, ee), false)...)
+	acts := c.failGroupWorks(e.Group, cause)
+	return append(acts, c.incident(g, cause, fmt.Sprintf("rank %d: async engine error on group %q: %v", c.cfg.Rank, e.Group, cause), false)...)
 }
 
 func (c *WatchdogCore) remoteAbort(commID string, rec AbortRecord) []Action {
@@ -493,9 +512,9 @@ func (c *WatchdogCore) remoteAbort(commID string, rec AbortRecord) []Action {
 	if g.aborted {
 		return nil
 	}
-	err := &comm.RemoteAbortError{Rank: rec.Rank, Reason: rec.Reason}
+	err := &comm.RemoteAbortError{Rank: rec.OriginRank(), Reason: rec.Reason, Seq: rec.Seq, Relay: rec.Rank}
 	acts := c.failGroupWorks(g.spec.Name, err)
-	return append(acts, c.incident(g, err, fmt.Sprintf("rank %d: group %q aborted by rank %d: %s", c.cfg.Rank, g.spec.Name, rec.Rank, rec.Reason), true)...)
+	return append(acts, c.incident(g, err, fmt.Sprintf("rank %d: %v (group %q)", c.cfg.Rank, err, g.spec.Name), true)...)
 }
 
 // incident applies the error-handling mode after cause broke group g.
@@ -515,8 +534,13 @@ func (c *WatchdogCore) incident(g *wdGroup, cause error, reason string, remote b
 			g.published = g.local
 			acts = append(acts, ActPublishProgress{CommID: g.spec.CommID, Progress: g.local})
 		}
-		acts = append(acts, ActWriteAbort{CommID: g.spec.CommID,
-			Record: AbortRecord{Rank: c.cfg.Rank, Group: g.spec.Name, Epoch: g.spec.Epoch, Reason: cause.Error()}})
+		origin, seq := comm.Blame(cause, c.cfg.Rank, g.spec.Members)
+		rec := AbortRecord{Rank: c.cfg.Rank, Group: g.spec.Name, Epoch: g.spec.Epoch, Reason: cause.Error(), Origin: &origin, Seq: seq}
+		var ra *comm.RemoteAbortError
+		if errors.As(cause, &ra) {
+			rec.Reason = ra.Reason // the origin's words, not our relay's
+		}
+		acts = append(acts, ActWriteAbort{CommID: g.spec.CommID, Record: rec})
 	}
 	acts = append(acts, ActDump{Reason: reason})
 	if mode.exits() {
@@ -551,4 +575,16 @@ func (c *WatchdogCore) oldest(group string) *wdWork {
 		}
 	}
 	return o
+}
+
+// isTyped reports whether err carries one of comm's failure sentinels, so
+// that the watchdog passes it on as it is.
+func isTyped(err error) bool {
+	for _, s := range []error{comm.ErrMismatch, comm.ErrRemoteAbort, comm.ErrTransport, comm.ErrEngine,
+		comm.ErrTimeout, comm.ErrAborted, comm.ErrClosed} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
 }

@@ -84,7 +84,7 @@ func TestWatchdogTimeoutNamesStuckRank(t *testing.T) {
 	want = []Action{
 		ActFailWork{ID: 5, Err: terr},
 		ActAbortComm{Group: "default_pg", Reason: terr},
-		ActWriteAbort{CommID: "default_pg.0", Record: AbortRecord{Rank: 0, Group: "default_pg", Reason: terr.Error()}},
+		ActWriteAbort{CommID: "default_pg.0", Record: AbortRecord{Rank: 0, Group: "default_pg", Reason: terr.Error(), Origin: new(1), Seq: 5}},
 		ActDump{Reason: terr.Error()},
 		ActTearDown{Code: ExitTearDown, Reason: terr.Error()},
 	}
@@ -335,5 +335,57 @@ func TestWatchdogNewEpochDropsOnlyOldWorks(t *testing.T) {
 	acts := c.Step(EvTick{Now: t0.Add(time.Hour)})
 	if got := kinds(acts); len(got) == 0 || got[0] != "FailWork(10,timeout)" {
 		t.Errorf("epoch-1 Work not watched: %v", got)
+	}
+}
+
+// TestWatchdogKeepsTypedAsyncErrors: a mismatch or a remote abort the
+// engine reports asynchronously keeps its type in every failed Work
+// (errors.Is(err, comm.ErrMismatch) holds), and the abort record names
+// where the failure started, not the rank that relays it.
+func TestWatchdogKeepsTypedAsyncErrors(t *testing.T) {
+	mm := &comm.MismatchError{LocalRank: 1, RemoteRank: 0, Local: fpAt(3), Remote: fpAt(3)}
+	mm.Remote.Root = 0
+	cases := []struct {
+		name       string
+		err        error
+		sentinel   error
+		origin     int
+		seq        uint64
+		wantReason string
+	}{
+		{"mismatch", mm, comm.ErrMismatch, 0, 3, "collective mismatch"},
+		{"remote abort", &comm.RemoteAbortError{Rank: 2, Seq: 3, Relay: 1, Reason: "rank 2 gave up"}, comm.ErrRemoteAbort, 2, 3, "rank 2 gave up"},
+		{"dead peer", &comm.TransportError{Rank: 0, Peer: 3, FP: fpAt(3), Err: errors.New("EOF")}, comm.ErrTransport, 3, 3, "EOF"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := coreWith(0, CleanupOnly, 2, 3)
+			acts := c.Step(EvAsyncError{Group: "default_pg", Err: tc.err})
+			var rec *AbortRecord
+			for _, a := range acts {
+				switch a := a.(type) {
+				case ActFailWork:
+					if !errors.Is(a.Err, tc.sentinel) {
+						t.Errorf("failed Work %d with %v: errors.Is(%v) is false", a.ID, a.Err, tc.sentinel)
+					}
+				case ActWriteAbort:
+					rec = &a.Record
+				}
+			}
+			if rec == nil {
+				t.Fatalf("no abort record written: %v", kinds(acts))
+			}
+			if rec.Rank != 0 || rec.OriginRank() != tc.origin || rec.Seq != tc.seq || !strings.Contains(rec.Reason, tc.wantReason) {
+				t.Errorf("abort record %+v (origin %d), want written by 0, origin %d, seq %d, reason with %q", rec, rec.OriginRank(), tc.origin, tc.seq, tc.wantReason)
+			}
+			// A peer reading this record blames the origin and says who
+			// reported it.
+			p := coreWith(3, CleanupOnly, 2, 3)
+			pa := p.Step(EvRemoteAbort{CommID: "default_pg.0", Record: *rec})
+			var re *comm.RemoteAbortError
+			if len(pa) == 0 || !errors.As(pa[0].(ActFailWork).Err, &re) || re.Rank != tc.origin || re.Relay != 0 || re.Seq != tc.seq {
+				t.Errorf("peer's error %v, want a RemoteAbortError naming rank %d at seq %d, relayed by 0", pa, tc.origin, tc.seq)
+			}
+		})
 	}
 }

@@ -159,8 +159,10 @@ func TestWatchdogActorsTimeoutAndRemoteAbort(t *testing.T) {
 	}
 	err1 := waitWork(t, w1, 5*time.Second)
 	var re *comm.RemoteAbortError
-	if !errors.As(err1, &re) || re.Rank != 0 || !strings.Contains(re.Reason, "ranks [1] have not reached seq 3") {
-		t.Fatalf("rank 1: %v, want a RemoteAbortError from rank 0 naming rank 1", err1)
+	// The failure started at rank 1 (it never reached seq 3); rank 0
+	// reported it.
+	if !errors.As(err1, &re) || re.Rank != 1 || re.Relay != 0 || re.Seq != 3 || !strings.Contains(re.Reason, "ranks [1] have not reached seq 3") {
+		t.Fatalf("rank 1: %v, want a RemoteAbortError from rank 0 naming rank 1 at seq 3", err1)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("rank 1 learned of the abort after %v", d)

@@ -36,11 +36,15 @@ type Engine struct {
 	queue []task
 	qwake chan struct{} // cap 1
 
-	fatal   fatalBox              // first fatal error (mismatch, transport, notice)
-	stopErr atomic.Pointer[error] // AbortedError or ErrClosed, once stopped
-	stopMu  sync.Mutex
-	closed  bool
-	done    chan struct{} // progress goroutine exited
+	fatal  fatalBox      // first fatal error (mismatch, transport, notice)
+	curSeq atomic.Uint64 // seq of the collective the stream runs or ran last
+	acks   chan struct{} // peers' acknowledgements of our notices (failure.go)
+	// peerClosed[p] is set when peer p told us it destroyed the group.
+	peerClosed []atomic.Pointer[error]
+	stopErr    atomic.Pointer[error] // AbortedError or ErrClosed, once stopped
+	stopMu     sync.Mutex
+	closed     bool
+	done       chan struct{} // progress goroutine exited
 
 	scratchBuf []byte
 }
@@ -90,7 +94,10 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 		cfg: cfg, opts: opts, ctl: newCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
 		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
+	e.acks = make(chan struct{}, cfg.Size)
+	e.peerClosed = make([]atomic.Pointer[error], cfg.Size)
 	e.ctl.onNotice = e.onNotice
+	e.ctl.onAck = e.onAck
 	e.ctl.fatal = e.fatal.get
 	var links []link
 	var err error
@@ -107,6 +114,8 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	e.links = links
 	e.mesh = newMesh(cfg.Rank, cfg.Size, links, e.ctl)
 	e.mesh.fatal = e.fatal.get
+	e.mesh.closed = e.peerClosedErr
+	e.mesh.late = e.lateNotice
 	e.mesh.mismatch = e.mismatch
 	go e.progress()
 	e.log.Debug().Int("size", cfg.Size).Str("transport", opts.Transport).Msg("cpu engine connected")
@@ -140,11 +149,35 @@ func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
 }
 
 // Abort fails every queued and in-flight op, and every later one, with a
-// *comm.AbortedError carrying reason (wrapping comm.ErrAborted). It closes
-// the connections (peers see a transport error) and raises the stop flag
-// shm waits poll, so blocked ops return within milliseconds.
-// Idempotent; safe from any goroutine (ncclCommAbort).
+// *comm.AbortedError carrying reason (wrapping comm.ErrAborted). Before it
+// closes the connections it tells every peer (which then fail their ops
+// from now on with a *comm.RemoteAbortError naming the rank where the
+// failure started: this one, or the origin reason names) and waits up to
+// 200 ms until the live peers have recorded it, so that no op a peer
+// starts after Abort returned can use data this rank sent before. It then
+// raises the stop flag shm waits poll, so blocked ops return within
+// milliseconds. Idempotent; safe from any goroutine (ncclCommAbort).
 func (e *Engine) Abort(reason error) {
+	if e.stopped() != nil {
+		return
+	}
+	if e.mesh != nil {
+		why := reason
+		if f := e.fatal.get(); f != nil {
+			why = f // tell the peers what broke the communicator first
+		}
+		if why == nil {
+			why = errors.New("aborted")
+		}
+		n := e.noticeFor(noticeAbort, why)
+		// A relayed remote abort needs no acknowledgement: its origin
+		// waited for them already.
+		var ra *comm.RemoteAbortError
+		n.Ack = !errors.As(why, &ra)
+		if payload, missing := e.tell(n); missing > 0 {
+			e.storeNotice(payload)
+		}
+	}
 	if e.stop(&comm.AbortedError{Group: e.cfg.Group, Reason: reason}) {
 		e.log.Warn().AnErr("reason", reason).Msg("cpu engine aborted")
 	}
@@ -158,6 +191,12 @@ func (e *Engine) AsyncError() error { return e.fatal.get() }
 // wrapping comm.ErrClosed), waits for its goroutines and releases sockets
 // and shared memory. Idempotent.
 func (e *Engine) Close() error {
+	if e.mesh != nil && e.stopped() == nil {
+		// Peers that still wait for this rank learn that it closed the
+		// group, rather than reading an EOF (failure.go).
+		e.tell(failNotice{Kind: noticeClosed, Origin: e.globalRank(e.cfg.Rank), Seq: e.curSeq.Load(),
+			Reason: fmt.Sprintf("rank %d destroyed process group %q (epoch %d)", e.globalRank(e.cfg.Rank), e.cfg.Group, e.cfg.Epoch)})
+	}
 	e.stop(fmt.Errorf("%w: cpu engine of group %q closed", comm.ErrClosed, e.cfg.Group))
 	e.stopMu.Lock()
 	defer e.stopMu.Unlock()
@@ -265,7 +304,13 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 	if err := e.fatal.get(); err != nil {
 		return err
 	}
+	if !comm.UsesP2PSeq(op) {
+		e.curSeq.Store(op.FP.Seq)
+	}
 	if err := e.injectFault(op); err != nil {
+		if errors.Is(err, comm.ErrEngine) {
+			e.broke(err)
+		}
 		return err
 	}
 	w.MarkStarted()
@@ -274,6 +319,15 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 	}
 	err := e.execSafe(op, w)
 	if err == nil {
+		// An abort is final: an op that ends after a peer's abort notice
+		// (or our own failure) arrived does not succeed, even if it got
+		// every byte it needed.
+		if f := e.fatal.get(); f != nil {
+			return f
+		}
+		if s := e.stopped(); s != nil {
+			return s
+		}
 		return nil
 	}
 	if errors.Is(err, errStopped) {
@@ -281,9 +335,20 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 			return s
 		}
 	}
+	if f := e.fatal.get(); f != nil && !errors.Is(err, comm.ErrMismatch) {
+		// A consequence of the failure recorded first (a peer that
+		// aborted and then closed its connections): report the cause.
+		return f
+	}
+	if errors.Is(err, comm.ErrRemoteAbort) {
+		return err // a peer that destroyed the group, found when reading from it
+	}
 	if errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrTransport) || errors.Is(err, comm.ErrEngine) {
-		if e.fatal.set(err) {
+		if e.broke(err) {
 			e.log.Error().Err(err).Uint64("seq", op.FP.Seq).Msg("cpu engine: communicator broken")
+		}
+		if f := e.fatal.get(); f != nil {
+			return f
 		}
 		return err
 	}
@@ -345,45 +410,15 @@ func (e *Engine) injectFault(op *comm.Op) error {
 	return nil
 }
 
-// mismatch records that peer sent got while this rank runs the current op,
-// tells every peer (so that each fails too, not only this one) and returns
-// the *comm.MismatchError.
-func (e *Engine) mismatch(peer int, got header) error {
-	cur := e.mesh.cur.fp
-	err := &comm.MismatchError{LocalRank: e.cfg.Rank, RemoteRank: peer, Local: cur, Remote: got.FP}
-	if e.fatal.set(err) {
+// mismatch records that peer sent got while this rank runs the current op
+// (detail, if not empty, says what differs beyond the fingerprints), tells
+// every peer (so that each fails too, not only this one) and returns the
+// *comm.MismatchError, or the failure recorded before it.
+func (e *Engine) mismatch(peer int, got header, detail string) error {
+	err := &comm.MismatchError{LocalRank: e.cfg.Rank, RemoteRank: peer, Local: e.mesh.cur.fp, Remote: got.FP, Detail: detail}
+	if e.broke(err) {
 		e.log.Error().Err(err).Msg("cpu engine: collective mismatch")
-		for p, l := range e.links {
-			if l == nil {
-				continue
-			}
-			h := header{Sender: e.cfg.Rank, FP: cur}
-			off := got
-			if nl, ok := l.(interface{ notice(h, off *header) }); ok {
-				nl.notice(&h, &off)
-			}
-			_ = p
-		}
+		return err
 	}
-	return err
-}
-
-// onNotice handles a peer's mismatch notice (from a reader goroutine): h
-// carries the peer's op, off the header the peer received.
-func (e *Engine) onNotice(peer int, h, off header) {
-	var err error
-	if off.Sender != e.cfg.Rank && off.FP != h.FP {
-		// A third rank: the peer saw off.Sender at off.FP while at h.FP.
-		err = &comm.MismatchError{LocalRank: peer, RemoteRank: off.Sender, Local: h.FP, Remote: off.FP}
-	} else {
-		var local comm.Fingerprint
-		if off.Sender == e.cfg.Rank {
-			local = off.FP
-		}
-		err = &comm.MismatchError{LocalRank: e.cfg.Rank, RemoteRank: peer, Local: local, Remote: h.FP}
-	}
-	if e.fatal.set(err) {
-		e.log.Error().Err(err).Int("peer", peer).Msg("cpu engine: peer reported a collective mismatch")
-	}
-	e.ctl.poke()
+	return e.fatal.get()
 }

@@ -262,9 +262,11 @@ func TestAbortLargeAllReduce(t *testing.T) {
 			}
 			err = waitT(t, works[1], 5*time.Second)
 			elPeer := time.Since(start)
-			var te *comm.TransportError
-			if !errors.As(err, &te) || te.Peer != 0 {
-				t.Fatalf("peer: got %v, want a TransportError naming rank 0", err)
+			// The peer learns of the abort from rank 0's notice: it names
+			// rank 0, its seq and its reason, never an anonymous EOF.
+			var ra *comm.RemoteAbortError
+			if !errors.As(err, &ra) || ra.Rank != 0 || ra.Seq != 1 || !strings.Contains(ra.Reason, "test abort") {
+				t.Fatalf("peer: got %v, want a RemoteAbortError naming rank 0 at seq 1 with its reason", err)
 			}
 			t.Logf("%s: aborted rank returned after %v, its peer after %v", tr, el, elPeer)
 			if el > time.Second || elPeer > time.Second {
@@ -278,22 +280,34 @@ func TestAbortLargeAllReduce(t *testing.T) {
 	}
 }
 
-// TestPeerDeath: a peer that closes mid-op gives a *comm.TransportError.
+// TestPeerDeath: a peer whose connections vanish mid-op (a killed process:
+// no notice) gives a *comm.TransportError naming it; a peer that destroys
+// the group mid-op gives a *comm.RemoteAbortError naming it, not an EOF.
 func TestPeerDeath(t *testing.T) {
 	for _, tr := range testTransports {
-		t.Run(tr, func(t *testing.T) {
-			g := newGroup(t, 2, Options{Transport: tr})
-			buf := comm.NewHostBuffer(comm.Float32, 16)
-			fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, Count: 16, Root: -1, RedOp: comm.RedSum}
-			w := launch(g.engines[0], &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
-			time.Sleep(20 * time.Millisecond)
-			_ = g.engines[1].Close()
-			err := waitT(t, w, 5*time.Second)
-			var te *comm.TransportError
-			if !errors.As(err, &te) || te.Peer != 1 || te.FP.Seq != 1 {
-				t.Fatalf("got %v, want a TransportError naming peer 1 at seq 1", err)
-			}
-		})
+		for _, how := range []string{"died", "destroyed"} {
+			t.Run(tr+"/"+how, func(t *testing.T) {
+				g := newGroup(t, 2, Options{Transport: tr})
+				buf := comm.NewHostBuffer(comm.Float32, 16)
+				fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, Count: 16, Root: -1, RedOp: comm.RedSum}
+				w := launch(g.engines[0], &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
+				time.Sleep(20 * time.Millisecond)
+				if how == "died" {
+					g.engines[1].stop(errors.New("killed")) // connections close, nothing is said
+				} else {
+					_ = g.engines[1].Close()
+				}
+				err := waitT(t, w, 5*time.Second)
+				var te *comm.TransportError
+				var ra *comm.RemoteAbortError
+				switch {
+				case how == "died" && (!errors.As(err, &te) || te.Peer != 1 || te.FP.Seq != 1):
+					t.Fatalf("got %v, want a TransportError naming peer 1 at seq 1", err)
+				case how == "destroyed" && (!errors.As(err, &ra) || ra.Rank != 1 || !strings.Contains(ra.Reason, "destroyed")):
+					t.Fatalf("got %v, want a RemoteAbortError naming rank 1 that destroyed the group", err)
+				}
+			})
+		}
 	}
 }
 

@@ -7,11 +7,34 @@ import (
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
 )
 
-// exec runs one op (not Coalesced) on the mesh. It is the only place that
-// knows the buffer forms of comm.Op; the algorithms see byte blocks.
+// exec runs one op (not Coalesced) on the mesh, with the agreement step
+// its kind needs (agree.go): before the data of a rooted collective, after
+// the data of one whose per-rank sizes the fingerprint does not fix.
 func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
+	e.mesh.begin(opContext(op))
+	if e.mesh.size == 1 {
+		return e.execData(op, w)
+	}
+	switch {
+	case op.Type.IsRooted():
+		if err := agreeDissemination(e.mesh); err != nil {
+			return err
+		}
+		return e.execData(op, w)
+	case op.Type == comm.OpAllGatherV || op.Type == comm.OpReduceScatterV ||
+		op.Type == comm.OpAllToAll && (op.SendCounts != nil || op.RecvCounts != nil):
+		if err := e.execData(op, w); err != nil {
+			return err
+		}
+		return agreeDissemination(e.mesh)
+	}
+	return e.execData(op, w)
+}
+
+// execData moves one op's data. It is the only place that knows the
+// buffer forms of comm.Op; the algorithms see byte blocks.
+func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 	m := e.mesh
-	m.begin(opContext(op))
 	n, r := m.size, m.rank
 	switch op.Type {
 	case comm.OpAllReduce:

@@ -13,7 +13,7 @@ const headerSize = 64
 
 const (
 	headerMagic   = 0x5254 // "RT"
-	headerVersion = 1
+	headerVersion = 2
 )
 
 // msgKind says what a message carries.
@@ -25,13 +25,20 @@ const (
 	kindColl msgKind = iota + 1
 	// kindP2P is a Send's payload, matched by tag (and peer).
 	kindP2P
-	// kindNotice tells the receiver that the sender found a mismatch; its
-	// payload is the header the sender received (the offending side).
+	// kindNotice tells the receiver that the sender's communicator broke
+	// (a mismatch it found, an abort, a dead peer) or is closing; its
+	// payload is a failNotice (failure.go), at most maxNotice bytes.
 	kindNotice
 	// kindWake (control connection of an shm pair, no payload) wakes a
 	// rank that went to sleep waiting on its rings.
 	kindWake
+	// kindAck (no payload) acknowledges a notice that asked for one: the
+	// receiver has recorded the failure (failure.go).
+	kindAck
 )
+
+// maxNotice bounds a notice's payload.
+const maxNotice = 16 << 10
 
 // header is the fixed 64-byte prefix of every message. Layout (little endian):
 //
@@ -97,7 +104,7 @@ func decodeHeader(b []byte) (header, error) {
 		return h, fmt.Errorf("%w: version %d, want %d", errBadHeader, b[2], headerVersion)
 	}
 	h.Kind = msgKind(b[3])
-	if h.Kind < kindColl || h.Kind > kindWake {
+	if h.Kind < kindColl || h.Kind > kindAck {
 		return h, fmt.Errorf("%w: unknown kind %d", errBadHeader, b[3])
 	}
 	sender := le.Uint32(b[4:])
@@ -131,11 +138,11 @@ func decodeHeader(b []byte) (header, error) {
 	if h.Len > maxPayload {
 		return h, fmt.Errorf("%w: payload length %d exceeds %d", errBadHeader, h.Len, uint64(maxPayload))
 	}
-	if h.Kind == kindNotice && h.Len != headerSize {
-		return h, fmt.Errorf("%w: notice payload %d bytes, want %d", errBadHeader, h.Len, headerSize)
+	if h.Kind == kindNotice && h.Len > maxNotice {
+		return h, fmt.Errorf("%w: notice payload %d bytes, at most %d", errBadHeader, h.Len, maxNotice)
 	}
-	if h.Kind == kindWake && h.Len != 0 {
-		return h, fmt.Errorf("%w: wake with a %d-byte payload", errBadHeader, h.Len)
+	if (h.Kind == kindWake || h.Kind == kindAck) && h.Len != 0 {
+		return h, fmt.Errorf("%w: control message with a %d-byte payload", errBadHeader, h.Len)
 	}
 	return h, nil
 }

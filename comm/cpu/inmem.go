@@ -45,7 +45,8 @@ type inmemPair struct {
 // inmemEnd is one engine's side of a pair.
 type inmemEnd struct {
 	rank     int
-	onNotice func(peer int, h, off header)
+	onNotice func(peer int, payload []byte, ack func())
+	onAck    func(peer int)
 	poke     func()
 	closed   atomic.Bool
 }
@@ -68,13 +69,29 @@ func (c *inmemCtrl) readErr() error {
 	return nil
 }
 
-func (c *inmemCtrl) notice(h, off *header) {
+func (c *inmemCtrl) notice(payload []byte) bool {
 	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
-	if peer.closed.Load() {
-		return
+	if peer.closed.Load() || me.closed.Load() {
+		return false
 	}
-	peer.onNotice(me.rank, *h, *off)
+	peer.onNotice(me.rank, payload, func() {
+		if !me.closed.Load() {
+			me.onAck(peer.rank)
+		}
+	})
 	peer.poke()
+	return true
+}
+
+func (c *inmemCtrl) ack() {
+	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
+	if !peer.closed.Load() {
+		peer.onAck(me.rank)
+	}
+}
+
+func (c *inmemCtrl) up() bool {
+	return !c.pair.ends[0].closed.Load() && !c.pair.ends[1].closed.Load()
 }
 
 func (c *inmemCtrl) wakePeer() { c.pair.ends[1-c.side].poke() }
@@ -129,7 +146,7 @@ func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	hub := e.opts.Hub
-	end := &inmemEnd{rank: e.cfg.Rank, onNotice: e.onNotice, poke: e.ctl.poke}
+	end := &inmemEnd{rank: e.cfg.Rank, onNotice: e.onNotice, onAck: e.onAck, poke: e.ctl.poke}
 	ctrls := make([]*inmemCtrl, e.cfg.Size)
 	for p := range e.cfg.Size {
 		if p == e.cfg.Rank {

@@ -62,9 +62,10 @@ type ctl struct {
 	stopped atomic.Bool
 	notify  chan struct{} // cap 1: something arrived on some tcp link
 	// onNotice is called from tcp reader goroutines when peer sends a
-	// mismatch notice: h is the notice (the peer's own op), off the header
-	// the peer had received.
-	onNotice func(peer int, h, off header)
+	// notice (failure.go) with its payload; onAck when peer acknowledges
+	// one of ours.
+	onNotice func(peer int, payload []byte, ack func())
+	onAck    func(peer int)
 	// fatal is the engine's recorded fatal error (a peer's notice), checked
 	// by waits that could otherwise outlive a broken op.
 	fatal func() error

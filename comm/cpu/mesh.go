@@ -65,8 +65,15 @@ type mesh struct {
 	// fatal returns the engine's recorded error (a notice from a peer, a
 	// dead connection) so that waits end promptly.
 	fatal func() error
-	// mismatch records a mismatch and notifies every peer.
-	mismatch func(peer int, got header) error
+	// closed returns the error recorded when peer told us it destroyed
+	// the group (failure.go), or nil.
+	closed func(peer int) error
+	// late looks for the notice a peer whose connection broke may have
+	// left in the store (failure.go), or returns nil.
+	late func(peer int) error
+	// mismatch records a mismatch (detail: what differs beyond the
+	// fingerprints) and notifies every peer.
+	mismatch func(peer int, got header, detail string) error
 }
 
 func newMesh(rank, size int, links []link, c *ctl) *mesh {
@@ -81,6 +88,8 @@ func newMesh(rank, size int, links []link, c *ctl) *mesh {
 		}
 	}
 	m.fatal = func() error { return nil }
+	m.closed = func(int) error { return nil }
+	m.late = func(int) error { return nil }
 	return m
 }
 
@@ -94,8 +103,17 @@ func (m *mesh) transportErr(peer int, err error) error {
 	if errors.Is(err, errStopped) {
 		return errStopped
 	}
-	if errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrEngine) {
-		return err // a peer's notice seen while waiting on this link
+	if f := m.fatal(); f != nil {
+		return f // the failure recorded first (a peer's notice) is the cause
+	}
+	if errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrEngine) || errors.Is(err, comm.ErrRemoteAbort) {
+		return err
+	}
+	if c := m.closed(peer); c != nil {
+		return c // the peer destroyed the group: not an anonymous EOF
+	}
+	if l := m.late(peer); l != nil {
+		return l // the peer aborted while a large message held the connection
 	}
 	var te *comm.TransportError
 	if errors.As(err, &te) {
@@ -227,16 +245,17 @@ func (m *mesh) stashMsg(peer int, h header) error {
 // checkColl matches a collective message against the current op.
 func (m *mesh) checkColl(peer, step, n int, h header) error {
 	if h.FP != m.cur.fp {
-		return m.mismatch(peer, h)
+		return m.mismatch(peer, h, "")
 	}
 	if h.Sender != peer {
 		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,
 			Msg: fmt.Sprintf("protocol error: message on the link to rank %d claims sender %d", peer, h.Sender)}
 	}
 	if int(h.Step) != step || h.Len != uint64(n) {
-		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,
-			Msg: fmt.Sprintf("protocol error: from rank %d got step %d with %d bytes, want step %d with %d bytes (ranks chose different algorithms?)",
-				peer, h.Step, h.Len, step, n)}
+		// Same op, but the two ranks disagree on what this message holds:
+		// split sizes or V-variant counts that do not fit together.
+		return m.mismatch(peer, h, fmt.Sprintf("rank %d sent %s of %d bytes, rank %d expected %s of %d bytes (the ranks' split sizes or counts do not fit together)",
+			peer, stepName(int(h.Step)), h.Len, m.rank, stepName(step), n))
 	}
 	return nil
 }
@@ -295,4 +314,12 @@ func (f *fatalBox) get() error {
 		return *p
 	}
 	return nil
+}
+
+// stepName names an algorithm step for mismatch messages.
+func stepName(step int) string {
+	if step >= agreeStep0 {
+		return fmt.Sprintf("agreement round %d", step-agreeStep0)
+	}
+	return fmt.Sprintf("step %d", step)
 }

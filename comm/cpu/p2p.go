@@ -29,7 +29,7 @@ func (m *mesh) recvP2P(peer int, dst []byte) (int, error) {
 			return false, nil
 		}
 		if h.Len != uint64(len(dst)) || h.FP.DType != m.cur.fp.DType {
-			return false, m.mismatch(p, h)
+			return false, m.mismatch(p, h, "")
 		}
 		return true, nil
 	}

@@ -170,7 +170,7 @@ func (s *shmLink) nudge() {
 // inmem).
 type control interface {
 	readErr() error
-	notice(h, off *header)
+	noticeLink
 	wakePeer()
 	close()
 }
@@ -197,7 +197,9 @@ func (s *shmLink) close() {
 	}
 }
 
-func (s *shmLink) notice(h *header, off *header) { s.ctrl.notice(h, off) }
+func (s *shmLink) notice(payload []byte) bool { return s.ctrl.notice(payload) }
+func (s *shmLink) ack()                       { s.ctrl.ack() }
+func (s *shmLink) up() bool                   { return s.ctrl.up() }
 
 // peerErr is the control connection's error (peer died), or nil.
 func (s *shmLink) peerErr() error { return s.ctrl.readErr() }

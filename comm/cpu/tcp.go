@@ -154,18 +154,20 @@ func (l *tcpLink) readLoop() {
 			l.ctl.poke()
 			continue
 		}
+		if h.Kind == kindAck {
+			if l.ctl.onAck != nil {
+				l.ctl.onAck(l.peer)
+			}
+			continue
+		}
 		if h.Kind == kindNotice {
-			if _, err := io.ReadFull(l.br, hb[:]); err != nil {
+			payload := make([]byte, h.Len)
+			if _, err := io.ReadFull(l.br, payload); err != nil {
 				l.fail(fmt.Errorf("reading from rank %d: %w", l.peer, err))
 				return
 			}
-			off, err := decodeHeader(hb[:])
-			if err != nil {
-				l.fail(fmt.Errorf("from rank %d: %w", l.peer, err))
-				return
-			}
 			if l.ctl.onNotice != nil {
-				l.ctl.onNotice(l.peer, h, off)
+				l.ctl.onNotice(l.peer, payload, l.ack)
 			}
 			l.ctl.poke()
 			continue
@@ -358,13 +360,37 @@ func (l *tcpLink) flush() error {
 	return nil
 }
 
-// notice sends a mismatch notice (h, followed by the offending header).
-func (l *tcpLink) notice(h *header, off *header) {
-	b := make([]byte, headerSize)
-	off.encode(b)
-	h.Kind = kindNotice
-	h.Len = headerSize
-	_ = l.send(h, b)
+// notice queues a kindNotice carrying payload (failure.go) for the
+// writer goroutine, so that the caller never blocks on the socket; it
+// reports whether the connection was up.
+func (l *tcpLink) notice(payload []byte) bool {
+	return l.enqueue(&header{Kind: kindNotice, FP: comm.Fingerprint{Op: comm.OpBarrier}, Len: uint64(len(payload))}, payload)
+}
+
+// ack queues a kindAck (the reader goroutine acknowledges a notice).
+func (l *tcpLink) ack() {
+	l.enqueue(&header{Kind: kindAck, FP: comm.Fingerprint{Op: comm.OpBarrier}}, nil)
+}
+
+// up reports whether neither direction of the connection has failed.
+func (l *tcpLink) up() bool {
+	return l.readErr() == nil && l.werr.Load() == nil && !l.ctl.stopped.Load()
+}
+
+// enqueue hands one message to the writer goroutine; false if the
+// connection is down or the engine stopped.
+func (l *tcpLink) enqueue(h *header, payload []byte) bool {
+	if !l.up() {
+		return false
+	}
+	j := &tcpJob{payload: payload}
+	h.encode(j.hdr[:])
+	l.mu.Lock()
+	l.q = append(l.q, j)
+	l.pending.Add(1)
+	l.mu.Unlock()
+	l.kick()
+	return true
 }
 
 // wakePeer asks the peer's progress goroutine, asleep on its shm rings, to

@@ -48,8 +48,8 @@ func TestWatchdogAbortOverNATS(t *testing.T) {
 	failed0 := w0.Timings().Completed
 	err1 := waitWork(t, w1, 20*time.Second)
 	var re *comm.RemoteAbortError
-	if !errors.As(err1, &re) || re.Rank != 0 {
-		t.Fatalf("rank 1: %v, want ErrRemoteAbort from rank 0", err1)
+	if !errors.As(err1, &re) || re.Relay != 0 || re.Rank != 1 {
+		t.Fatalf("rank 1: %v, want ErrRemoteAbort reported by rank 0, blaming rank 1 (never reached the op)", err1)
 	}
 	lag := w1.Timings().Completed.Sub(failed0)
 	t.Logf("rank 1 failed %v after rank 0's timeout", lag)

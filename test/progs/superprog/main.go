@@ -94,9 +94,11 @@ func step(name string, seq uint64, start time.Time, err error) Result {
 // sum all-reduces [rank+1] on pg and checks the closed form.
 func sum(ctx context.Context, pg *comm.ProcessGroup) error {
 	x := []float64{float64(rank + 1)}
+	// The op gets the long-lived ctx: cancelling its ctx would abandon it
+	// and abort the communicator. wctx bounds only this wait.
 	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	if err := pg.AllReduce(wctx, comm.HostBuffer(x), comm.Sum).Wait(wctx); err != nil {
+	if err := pg.AllReduce(ctx, comm.HostBuffer(x), comm.Sum).Wait(wctx); err != nil {
 		return err
 	}
 	want := 0.0

@@ -1,0 +1,302 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu"
+	"github.com/ranktree/ranktree/internal/testrank"
+)
+
+// Honest failure (issue 14, docs/semantics.md): a collective launched
+// differently on some rank fails on every rank with ErrMismatch, quickly;
+// an abort is final for every member; a cancelled ctx abandons the op and
+// aborts the communicator. Each check runs on a fresh subgroup of all
+// ranks (a failure breaks that communicator only) and ends with a barrier
+// on the parent, in process (TestHonestyCPU) and as separate processes
+// over shm and tcp (TestHonestyMultiProcess).
+
+// failTimes records, per check, how long each failure took to reach this
+// process's ranks (logged by the tests; reported in docs/semantics.md).
+var failTimes = struct {
+	sync.Mutex
+	d map[string][]time.Duration
+}{d: map[string][]time.Duration{}}
+
+func recordFail(name string, d time.Duration) {
+	failTimes.Lock()
+	failTimes.d[name] = append(failTimes.d[name], d)
+	failTimes.Unlock()
+}
+
+func logFailTimes(t *testing.T) {
+	failTimes.Lock()
+	defer failTimes.Unlock()
+	for name, ds := range failTimes.d {
+		t.Logf("time to failure, %s: max %v over %d ranks", name, slices.Max(ds).Round(10*time.Microsecond), len(ds))
+	}
+	clear(failTimes.d)
+}
+
+// failFast bounds how long a failure may take to reach every rank. The
+// goal is 1 s; the bound is generous for a loaded 2-core machine, and the
+// time is logged.
+const failFast = 5 * time.Second
+
+// freshSub creates a subgroup of every member of pg, named after the check.
+func freshSub(ctx context.Context, pg *comm.ProcessGroup, name string) (*comm.ProcessGroup, error) {
+	return pg.NewGroup(ctx, pg.Ranks(), comm.WithGroupName(pg.Name()+"."+name))
+}
+
+// waitFail waits for w (bounded) and returns its error, an error if it
+// succeeded, and how long the wait took.
+func waitFail(ctx context.Context, w *comm.Work) (error, time.Duration) {
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := w.Wait(wctx)
+	return err, time.Since(start)
+}
+
+// wantMismatch checks that err is a *comm.MismatchError (reached within
+// failFast) whose differing fields include field.
+func wantMismatch(rank int, err error, d time.Duration, field string) error {
+	var me *comm.MismatchError
+	if !errors.As(err, &me) || !errors.Is(err, comm.ErrMismatch) {
+		return fmt.Errorf("rank %d: got %v, want a *comm.MismatchError", rank, err)
+	}
+	if field != "" && !slices.Contains(me.Fields(), field) && me.Detail == "" {
+		return fmt.Errorf("rank %d: mismatch %v does not name field %q", rank, err, field)
+	}
+	if d > failFast {
+		return fmt.Errorf("rank %d: mismatch took %v (goal 1 s)", rank, d)
+	}
+	return nil
+}
+
+// mismatchCase launches one op on sub per rank (launch) and checks that
+// every rank fails with a mismatch naming field, and that no buffer of a
+// rooted collective changed (their data moves only once every rank agreed;
+// a failed AllReduce leaves its buffer unspecified, as in c10d).
+func mismatchCase(ctx context.Context, pg *comm.ProcessGroup, name, field string,
+	launch func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work) error {
+	if pg.Size() < 2 {
+		return nil
+	}
+	sub, err := freshSub(ctx, pg, name)
+	if err != nil {
+		return err
+	}
+	defer sub.Destroy(ctx)
+	mine := float32(100 + sub.Rank())
+	data := fill(16, mine)
+	w := launch(sub, comm.HostBuffer(data))
+	rooted := w.OpType().IsRooted()
+	err, d := waitFail(ctx, w)
+	recordFail(name, d)
+	// Keep every rank's broken communicator open until all have their
+	// error.
+	if berr := pg.Barrier(ctx).Wait(ctx); berr != nil {
+		return berr
+	}
+	if err := wantMismatch(sub.Rank(), err, d, field); err != nil {
+		return err
+	}
+	if e := allEqual(data, mine); e != nil && rooted {
+		return fmt.Errorf("rank %d: the failed op changed the buffer: %v", sub.Rank(), e)
+	}
+	return nil
+}
+
+// checkBroadcastRootMismatch: rank 0 broadcasts from root 0, the others
+// from root 1 (issue 14, case 1).
+func checkBroadcastRootMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	return mismatchCase(ctx, pg, "bcastroot", "root", func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		return sub.Broadcast(ctx, buf, min(sub.Rank(), 1))
+	})
+}
+
+// checkBroadcastVsAllReduce: the root broadcasts while the others
+// all-reduce (case 2): the root fails too.
+func checkBroadcastVsAllReduce(ctx context.Context, pg *comm.ProcessGroup) error {
+	return mismatchCase(ctx, pg, "bcastar", "op", func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		if sub.Rank() == 0 {
+			return sub.Broadcast(ctx, buf, 0)
+		}
+		return sub.AllReduce(ctx, buf, comm.Sum)
+	})
+}
+
+// checkReduceRootMismatch: rank 0 reduces to root 0, the others to root 1
+// (case 3): every rank fails with ErrMismatch at once, no buffer changes.
+func checkReduceRootMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	return mismatchCase(ctx, pg, "reduceroot", "root", func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		return sub.Reduce(ctx, buf, min(sub.Rank(), 1), comm.Sum)
+	})
+}
+
+// checkAllToAllSplitMismatch: rank 0 sends two elements to rank 1, which
+// expects one (case 7): ErrMismatch on every rank, not an engine error.
+func checkAllToAllSplitMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	n := pg.Size()
+	if n < 2 {
+		return nil
+	}
+	sub, err := freshSub(ctx, pg, "a2asplit")
+	if err != nil {
+		return err
+	}
+	defer sub.Destroy(ctx)
+	in, out := make([]int, n), make([]int, n)
+	for i := range n {
+		in[i], out[i] = 1, 1
+	}
+	if sub.Rank() == 0 {
+		in[1] = 2
+	}
+	err, d := waitFail(ctx, sub.AllToAllSingle(ctx, comm.HostBuffer(make([]float32, n)), comm.HostBuffer(make([]float32, n+in[1]-1)), out, in))
+	recordFail("a2asplit", d)
+	if berr := pg.Barrier(ctx).Wait(ctx); berr != nil {
+		return berr
+	}
+	return wantMismatch(sub.Rank(), err, d, "")
+}
+
+// abortedCase: rank 0 launches an AllReduce alone and gives it up (give
+// returns its Work's expected sentinel); after a barrier on the parent the
+// others launch the matching AllReduce, which must fail with
+// ErrRemoteAbort naming rank 0 and leave their buffers as they were (case
+// 4 and "ctx").
+func abortedCase(ctx context.Context, pg *comm.ProcessGroup, name string,
+	launch0 func(sub *comm.ProcessGroup, buf comm.Buffer) (*comm.Work, func(), error)) error {
+	if pg.Size() < 2 {
+		return nil
+	}
+	sub, err := freshSub(ctx, pg, name)
+	if err != nil {
+		return err
+	}
+	defer sub.Destroy(ctx)
+	mine := float32(1 + sub.Rank())
+	data := fill(1024, mine)
+	if sub.Rank() == 0 {
+		w, giveUp, want := launch0(sub, comm.HostBuffer(data))
+		time.Sleep(300 * time.Millisecond)
+		if w.IsCompleted() {
+			return fmt.Errorf("rank 0: the lone AllReduce completed: %v", w.Err())
+		}
+		giveUp()
+		if err, _ := waitFail(ctx, w); !errors.Is(err, want) {
+			return fmt.Errorf("rank 0: got %v, want %v", err, want)
+		}
+	}
+	if err := pg.Barrier(ctx).Wait(ctx); err != nil {
+		return err
+	}
+	if sub.Rank() != 0 {
+		err, d := waitFail(ctx, sub.AllReduce(ctx, comm.HostBuffer(data), comm.Sum))
+		recordFail(name, d)
+		var ra *comm.RemoteAbortError
+		if !errors.As(err, &ra) || ra.Rank != sub.Ranks()[0] || ra.Seq != 1 {
+			return fmt.Errorf("rank %d: got %v, want a *comm.RemoteAbortError naming global rank %d at seq 1", sub.Rank(), err, sub.Ranks()[0])
+		}
+		if d > failFast {
+			return fmt.Errorf("rank %d: took %v to fail", sub.Rank(), d)
+		}
+		if e := allEqual(data, mine); e != nil {
+			return fmt.Errorf("rank %d: the failed AllReduce used the aborted rank's data: %v", sub.Rank(), e)
+		}
+	}
+	return pg.Barrier(ctx).Wait(ctx)
+}
+
+// checkAbortIsFinal: case 4, with ProcessGroup.Abort.
+func checkAbortIsFinal(ctx context.Context, pg *comm.ProcessGroup) error {
+	return abortedCase(ctx, pg, "abortfinal", func(sub *comm.ProcessGroup, buf comm.Buffer) (*comm.Work, func(), error) {
+		w := sub.AllReduce(ctx, buf, comm.Sum)
+		return w, func() { sub.Abort(errors.New("rank 0 gives up")) }, comm.ErrAborted
+	})
+}
+
+// checkCancelAborts: cancelling the ctx of a launched op fails it with an
+// error wrapping context.Canceled and aborts the communicator.
+func checkCancelAborts(ctx context.Context, pg *comm.ProcessGroup) error {
+	return abortedCase(ctx, pg, "cancel", func(sub *comm.ProcessGroup, buf comm.Buffer) (*comm.Work, func(), error) {
+		cctx, cancel := context.WithCancel(ctx)
+		w := sub.AllReduce(cctx, buf, comm.Sum)
+		return w, cancel, context.Canceled
+	})
+}
+
+var honestyChecks = []struct {
+	name string
+	fn   func(ctx context.Context, pg *comm.ProcessGroup) error
+}{
+	{"BroadcastRootMismatch", checkBroadcastRootMismatch},
+	{"BroadcastVsAllReduce", checkBroadcastVsAllReduce},
+	{"ReduceRootMismatch", checkReduceRootMismatch},
+	{"AllToAllSplitMismatch", checkAllToAllSplitMismatch},
+	{"AbortIsFinal", checkAbortIsFinal},
+	{"CancelAborts", checkCancelAborts},
+	{"AfterFailures", checkAllReduce}, // the parent group still works
+}
+
+// TestHonestyCPU runs the honesty checks with 2, 3 and 4 ranks as
+// goroutines of this process (in-memory transport).
+func TestHonestyCPU(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
+			pgs := cpuWorld(t, n)
+			for _, c := range honestyChecks {
+				t.Run(c.name, func(t *testing.T) { onRanks(t, pgs, c.fn) })
+			}
+			logFailTimes(t)
+		})
+	}
+}
+
+// TestHonestyMultiProcess runs them as 2, 3 and 4 processes over shm and
+// over tcp.
+func TestHonestyMultiProcess(t *testing.T) {
+	for _, tr := range []string{cpu.TransportSHM, cpu.TransportTCP} {
+		for _, n := range []int{2, 3, 4} {
+			t.Run(fmt.Sprintf("%s-n=%d", tr, n), func(t *testing.T) {
+				if p, ok := testrank.Current(t); ok {
+					runHonestyRank(t, p, tr)
+					return
+				}
+				if testing.Short() {
+					t.Skip("multi-process test skipped with -short")
+				}
+				testrank.Spawn(t, n, 2*time.Minute)
+			})
+		}
+	}
+}
+
+func runHonestyRank(t *testing.T, p testrank.Proc, transport string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	pg, err := p.World(ctx, "cpu", cpu.Factory(cpu.Options{Transport: transport}), zerolog.New(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Destroy(ctx)
+	for _, c := range honestyChecks {
+		start := time.Now()
+		if err := c.fn(ctx, pg); err != nil {
+			t.Fatalf("rank %d: %s: %v", p.Rank, c.name, err)
+		}
+		t.Logf("rank %d: %s ok (%v)", p.Rank, c.name, time.Since(start).Round(time.Millisecond))
+	}
+	logFailTimes(t)
+}
