@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,4 +302,87 @@ func runHonestyRank(t *testing.T, p testrank.Proc, transport string) {
 		t.Logf("rank %d: %s ok (%v)", p.Rank, c.name, time.Since(start).Round(time.Millisecond))
 	}
 	logFailTimes(t)
+}
+
+// TestKillNamesVictim: one rank of 3 or 4 processes dies by SIGKILL in the
+// middle of a run of all-reduces, at a random seq. Every survivor's op at
+// that seq fails, and its error names the dead rank (a *TransportError
+// whose Peer it is, or a *RemoteAbortError relayed by another survivor
+// with it as origin), never a survivor that was only passing the news on.
+func TestKillNamesVictim(t *testing.T) {
+	for _, tr := range []string{cpu.TransportSHM, cpu.TransportTCP} {
+		for _, n := range []int{3, 4} {
+			t.Run(fmt.Sprintf("%s-n=%d", tr, n), func(t *testing.T) {
+				if p, ok := testrank.Current(t); ok {
+					runKillRank(t, p, tr)
+					return
+				}
+				if testing.Short() {
+					t.Skip("multi-process test skipped with -short")
+				}
+				seed := time.Now().UnixNano()
+				victim, seq := int(seed%int64(n)), 2+int(seed/7%40)
+				t.Logf("rank %d dies at seq %d", victim, seq)
+				outs, err := testrank.RunRanks(t.Name(), t.TempDir(), n, 2*time.Minute,
+					fmt.Sprintf("KILL_VICTIM=%d", victim), fmt.Sprintf("KILL_SEQ=%d", seq))
+				for r, out := range outs {
+					switch {
+					case r == victim:
+						if !strings.Contains(fmt.Sprint(err), fmt.Sprintf("rank %d (signal: killed)", r)) {
+							t.Errorf("victim rank %d did not die by SIGKILL: %v", r, err)
+						}
+					case !strings.Contains(out, "--- PASS"):
+						t.Errorf("survivor rank %d failed:\n%s", r, out)
+					default:
+						for _, l := range strings.Split(out, "\n") {
+							if strings.Contains(l, "survivor:") {
+								t.Log(strings.TrimSpace(l))
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+func runKillRank(t *testing.T, p testrank.Proc, transport string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	defer cancel()
+	var victim, seq int
+	fmt.Sscan(os.Getenv("KILL_VICTIM"), &victim)
+	fmt.Sscan(os.Getenv("KILL_SEQ"), &seq)
+	pg, err := p.World(ctx, "cpu", cpu.Factory(cpu.Options{Transport: transport}), zerolog.New(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := comm.HostBuffer(make([]float32, 4096))
+	for i := 1; ; i++ {
+		w := pg.AllReduce(ctx, buf, comm.Sum)
+		if p.Rank == victim && i == seq {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		start := time.Now()
+		err := w.Wait(ctx)
+		if err == nil {
+			if i > seq+1 {
+				t.Fatalf("rank %d: seq %d succeeded after rank %d died at seq %d", p.Rank, i, victim, seq)
+			}
+			continue
+		}
+		var te *comm.TransportError
+		var ra *comm.RemoteAbortError
+		switch {
+		case errors.As(err, &te) && te.Peer == victim && te.FP.Seq == uint64(i):
+		case errors.As(err, &ra) && ra.Rank == victim:
+		default:
+			t.Fatalf("rank %d: seq %d failed with %v; it does not name rank %d, which died at seq %d", p.Rank, i, err, victim, seq)
+		}
+		if i != seq {
+			t.Fatalf("rank %d: failed at seq %d, the victim died at seq %d: %v", p.Rank, i, seq, err)
+		}
+		t.Logf("survivor: rank %d failed at seq %d after %v: %v", p.Rank, i, time.Since(start).Round(time.Microsecond), err)
+		return
+	}
 }

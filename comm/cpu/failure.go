@@ -105,14 +105,30 @@ func (e *Engine) members() []int {
 func (e *Engine) tell(n failNotice) (payload []byte, missing int) {
 	payload = encodeNotice(n)
 	var asked []noticeLink
+	var written []<-chan struct{}
 	for _, l := range e.links {
 		nl, ok := l.(noticeLink)
 		if l == nil || !ok || !nl.up() {
 			continue
 		}
-		if nl.notice(payload) && n.Ack {
-			asked = append(asked, nl)
+		if w := nl.notice(payload); w != nil {
+			written = append(written, w)
+			if n.Ack {
+				asked = append(asked, nl)
+			}
 		}
+	}
+	// Every notice is on the wire before tell returns (bounded), so that
+	// a rank that fails its Work and exits right after has still told
+	// its peers why.
+	deadline := time.Now().Add(abortAckWait)
+	for _, w := range written {
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-w:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	if len(asked) == 0 {
 		return payload, 0
@@ -121,7 +137,7 @@ func (e *Engine) tell(n failNotice) (payload []byte, missing int) {
 	// for a peer whose connection goes down meanwhile (it closed or died:
 	// it will never answer, and it can use nothing of ours either).
 	got := 0
-	deadline := time.Now().Add(abortAckWait)
+	deadline = time.Now().Add(abortAckWait)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -200,9 +216,10 @@ const lateNoticeWait = 2 * abortAckWait
 // noticeLink is a link that can carry notices (every link but the nil one
 // at this rank's own index).
 type noticeLink interface {
-	// notice queues a kindNotice with payload; it reports whether it was
-	// sent (false if the connection is down).
-	notice(payload []byte) bool
+	// notice queues a kindNotice with payload; it returns a channel
+	// closed once the notice is on the wire, or nil if the connection is
+	// down.
+	notice(payload []byte) <-chan struct{}
 	// ack queues a kindAck.
 	ack()
 	// up reports whether the connection to the peer is alive.

@@ -69,10 +69,13 @@ func (c *inmemCtrl) readErr() error {
 	return nil
 }
 
-func (c *inmemCtrl) notice(payload []byte) bool {
+// closedChan is a channel that is already closed.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (c *inmemCtrl) notice(payload []byte) <-chan struct{} {
 	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
 	if peer.closed.Load() || me.closed.Load() {
-		return false
+		return nil
 	}
 	peer.onNotice(me.rank, payload, func() {
 		if !me.closed.Load() {
@@ -80,7 +83,7 @@ func (c *inmemCtrl) notice(payload []byte) bool {
 		}
 	})
 	peer.poke()
-	return true
+	return closedChan
 }
 
 func (c *inmemCtrl) ack() {

@@ -197,7 +197,7 @@ func (s *shmLink) close() {
 	}
 }
 
-func (s *shmLink) notice(payload []byte) bool { return s.ctrl.notice(payload) }
+func (s *shmLink) notice(payload []byte) <-chan struct{} { return s.ctrl.notice(payload) }
 func (s *shmLink) ack()                       { s.ctrl.ack() }
 func (s *shmLink) up() bool                   { return s.ctrl.up() }
 

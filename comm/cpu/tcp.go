@@ -79,6 +79,7 @@ type inMsg struct {
 type tcpJob struct {
 	hdr     [headerSize]byte
 	payload []byte
+	written chan struct{} // if not nil, closed once the writer has written it
 }
 
 func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *tcpLink {
@@ -334,6 +335,9 @@ func (l *tcpLink) writeLoop() {
 			if l.werr.Load() == nil {
 				_ = l.write(j)
 			}
+			if j.written != nil {
+				close(j.written)
+			}
 			l.mu.Lock()
 			l.busy = false
 			l.mu.Unlock()
@@ -362,8 +366,9 @@ func (l *tcpLink) flush() error {
 
 // notice queues a kindNotice carrying payload (failure.go) for the
 // writer goroutine, so that the caller never blocks on the socket; it
-// reports whether the connection was up.
-func (l *tcpLink) notice(payload []byte) bool {
+// returns a channel closed once the notice is written, or nil if the
+// connection is down.
+func (l *tcpLink) notice(payload []byte) <-chan struct{} {
 	return l.enqueue(&header{Kind: kindNotice, FP: comm.Fingerprint{Op: comm.OpBarrier}, Len: uint64(len(payload))}, payload)
 }
 
@@ -377,20 +382,21 @@ func (l *tcpLink) up() bool {
 	return l.readErr() == nil && l.werr.Load() == nil && !l.ctl.stopped.Load()
 }
 
-// enqueue hands one message to the writer goroutine; false if the
-// connection is down or the engine stopped.
-func (l *tcpLink) enqueue(h *header, payload []byte) bool {
+// enqueue hands one message to the writer goroutine and returns a channel
+// closed once it is written; nil if the connection is down or the engine
+// stopped.
+func (l *tcpLink) enqueue(h *header, payload []byte) <-chan struct{} {
 	if !l.up() {
-		return false
+		return nil
 	}
-	j := &tcpJob{payload: payload}
+	j := &tcpJob{payload: payload, written: make(chan struct{})}
 	h.encode(j.hdr[:])
 	l.mu.Lock()
 	l.q = append(l.q, j)
 	l.pending.Add(1)
 	l.mu.Unlock()
 	l.kick()
-	return true
+	return j.written
 }
 
 // wakePeer asks the peer's progress goroutine, asleep on its shm rings, to
