@@ -201,7 +201,13 @@ func (e *Engine) lateNotice(peer int) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lateNoticeWait)
 	defer cancel()
-	b, err := e.cfg.Store.Get(ctx, e.noticeKey(peer))
+	// An aborting rank writes the key before it closes its connections,
+	// so it is there by the time the broken read is seen, or never.
+	key := e.noticeKey(peer)
+	if ok, err := e.cfg.Store.Check(ctx, []string{key}); err != nil || !ok {
+		return nil
+	}
+	b, err := e.cfg.Store.Get(ctx, key)
 	if err != nil {
 		return nil
 	}
@@ -209,9 +215,8 @@ func (e *Engine) lateNotice(peer int) error {
 	return e.fatal.get()
 }
 
-// lateNoticeWait bounds lateNotice: an aborting rank writes its notice
-// within abortAckWait of its abort, before it closes its connections.
-const lateNoticeWait = 2 * abortAckWait
+// lateNoticeWait bounds lateNotice's store round trips.
+const lateNoticeWait = abortAckWait
 
 // noticeLink is a link that can carry notices (every link but the nil one
 // at this rank's own index).
