@@ -240,6 +240,18 @@ func checkCancelAborts(ctx context.Context, pg *comm.ProcessGroup) error {
 	})
 }
 
+// checkCoalescedMismatch: rank 0 coalesces two all-reduces, the others
+// one. Each child matches on its own; the ranks must still all fail.
+func checkCoalescedMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	return mismatchCase(ctx, pg, "coalesced", "", func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		bufs := []comm.Buffer{buf}
+		if sub.Rank() == 0 {
+			bufs = append(bufs, comm.HostBuffer(make([]float32, 16)))
+		}
+		return sub.AllReduceCoalesced(ctx, bufs, comm.Sum)
+	})
+}
+
 var honestyChecks = []struct {
 	name string
 	fn   func(ctx context.Context, pg *comm.ProcessGroup) error
@@ -248,6 +260,7 @@ var honestyChecks = []struct {
 	{"BroadcastVsAllReduce", checkBroadcastVsAllReduce},
 	{"ReduceRootMismatch", checkReduceRootMismatch},
 	{"AllToAllSplitMismatch", checkAllToAllSplitMismatch},
+	{"CoalescedMismatch", checkCoalescedMismatch},
 	{"AbortIsFinal", checkAbortIsFinal},
 	{"CancelAborts", checkCancelAborts},
 	{"AfterFailures", checkAllReduce}, // the parent group still works

@@ -146,6 +146,13 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 				return err
 			}
 		}
+		// Each child was checked on its own; a closing agreement over the
+		// parent's fingerprint (total count) makes sure that every rank
+		// coalesced the same ops, not only a common prefix of them.
+		e.mesh.begin(opContext(op))
+		if e.mesh.size > 1 {
+			return agreeDissemination(e.mesh)
+		}
 		return nil
 	}
 	m := e.mesh
