@@ -78,7 +78,7 @@ func (c Config) withCreds(user, pw string) Config {
 
 func TestRankEnv(t *testing.T) {
 	c := &Config{NodeRank: 1, JobID: "j1", Env: []string{"PATH=/bin", "RANK=99"}}
-	env := rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2)
+	env := rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2, "")
 	got := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -92,7 +92,7 @@ func TestRankEnv(t *testing.T) {
 	}
 	// A GOMAXPROCS the user set is kept.
 	c.Env = append(c.Env, "GOMAXPROCS=7")
-	for _, kv := range rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2) {
+	for _, kv := range rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2, "") {
 		if k, v, _ := strings.Cut(kv, "="); k == "GOMAXPROCS" && v != "7" {
 			t.Fatalf("GOMAXPROCS=%s overrides the user's 7", v)
 		}
