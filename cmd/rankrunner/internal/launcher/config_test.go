@@ -57,7 +57,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.NNodes != 1 || c.NProcPerNode != 1 || c.NATSListen != "127.0.0.1:0" || !strings.HasPrefix(c.JobID, "job-") ||
-		c.Tee.All != StdAll || c.StopGrace <= 0 || c.MonitorInterval <= 0 || c.RunnerHeartbeat != 5e9 || c.RunnerTimeout != 30e9 {
+		c.Tee.All != StdAll || c.StopGrace <= 0 || c.FailureGrace != 3e9 || c.MonitorInterval <= 0 || c.RunnerHeartbeat != 5e9 || c.RunnerTimeout != 30e9 {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
 	ranks, world, local := (&Config{NProcPerNode: 2, NNodes: 3, NodeRank: 2}).slots()
