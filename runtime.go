@@ -54,10 +54,24 @@ type Runtime struct {
 // JetStream KV bucket for RANKTREE_JOB, unless WithStore), scopes it to
 // "restart/<RANKTREE_RESTART_COUNT>/", and passes the store-based barrier
 // "init" so that all WORLD_SIZE ranks are present (c10d's
-// _store_based_barrier). Errors: *OptionError (ErrInvalidOption), *EnvError
-// (ErrEnv), store.ErrUnavailable (NATS unreachable), *store.BarrierError
-// (store.ErrTimeout: ranks missing after the timeout, named).
+// _store_based_barrier). While it waits for the other ranks it watches the
+// attempt's dead-rank records (DeadRankPrefix, written by rankrunner when a
+// rank process fails), so a rank that died makes Init fail at once instead
+// of at the timeout. Errors: *OptionError (ErrInvalidOption), *EnvError
+// (ErrEnv), store.ErrUnavailable (NATS unreachable), *InitError naming the
+// ranks concerned, which wraps ErrRankDead (a rank died: Dead) or
+// *store.BarrierError (store.ErrTimeout: ranks Missing after the timeout).
+// A failing Init writes its error to $RANKTREE_ERROR_FILE when set.
 func Init(ctx context.Context, opts ...Option) (*Runtime, error) {
+	r, err := initRuntime(ctx, opts...)
+	if err != nil {
+		recordError(err)
+	}
+	return r, err
+}
+
+// initRuntime is Init without the error file.
+func initRuntime(ctx context.Context, opts ...Option) (*Runtime, error) {
 	c := &config{timeout: store.DefaultTimeout}
 	for _, o := range opts {
 		if o == nil {
@@ -113,14 +127,21 @@ func Init(ctx context.Context, opts ...Option) (*Runtime, error) {
 	}
 	r.st = store.WithPrefix(r.jobStore, fmt.Sprintf("restart/%d/", c.restartCount))
 	start := time.Now()
-	if err := store.Barrier(ctx, r.st, r.initBarrierKey(c), c.rank, c.worldSize, c.timeout); err != nil {
+	// Waiting for the other ranks ends early when one is reported dead.
+	ictx, stop := context.WithCancelCause(ctx)
+	dw := watchDeadRanks(ictx, r.st, c.rank, stop, r.log)
+	stopWatch := func() { stop(nil); dw.wait() }
+	if err := store.Barrier(ictx, r.st, r.initBarrierKey(c), c.rank, c.worldSize, c.timeout); err != nil {
+		stopWatch()
 		r.teardownStore()
-		return nil, fmt.Errorf("ranktree: rank %d: init barrier: %w", c.rank, err)
+		return nil, initError(c.rank, "init barrier", dw.snapshot(), err)
 	}
-	if err := r.initGroups(ctx, c); err != nil {
+	if err := r.initGroups(ictx, c); err != nil {
+		stopWatch()
 		r.teardownStore()
-		return nil, fmt.Errorf("ranktree: rank %d: creating the default process group: %w", c.rank, err)
+		return nil, initError(c.rank, "creating the default process group", dw.snapshot(), err)
 	}
+	stopWatch()
 	r.log.Info().Dur("barrier", time.Since(start)).Msg("ranktree initialized")
 	return r, nil
 }

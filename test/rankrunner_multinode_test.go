@@ -79,7 +79,8 @@ func TestRankrunnerTwoNodes(t *testing.T) {
 func TestRankrunnerTwoNodesFailure(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	n0, n1 := rrStartTwoNodes(t, "twofail", "fail", dir, "3", "5", "200ms")
+	_, prog := rrBuild(t)
+	n0, n1 := rrStartTwoNodesWith(t, "twofail", []string{"--failure-grace", "0"}, [2][]string{}, prog, "fail", dir, "3", "5", "200ms")
 	rrWaitFiles(t, 90*time.Second, filepath.Join(dir, "failed-at"))
 	gone := rrRanksGone(t, dir, 30*time.Second)
 	if d := gone.Sub(rrFailedAt(t, dir)); d > rrStopBound {

@@ -11,13 +11,21 @@ import (
 )
 
 // rrStopBound is the bound: after a rank fails, every rank is gone
-// within 5 s.
+// within 5 s once the stopping starts. The tests that measure it pass
+// --failure-grace 0, which stops the ranks at once; the grace period adds to
+// the bound (rankrunner_failure_test.go tests it).
 const rrStopBound = 5 * time.Second
 
 // rrFailedAt reads the time rankprog's failing rank exited.
 func rrFailedAt(t *testing.T, dir string) time.Time {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "failed-at"))
+	return rrReadTime(t, filepath.Join(dir, "failed-at"))
+}
+
+// rrReadTime reads a time file (unix ns) written by rankprog.
+func rrReadTime(t *testing.T, path string) time.Time {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +42,7 @@ func TestRankrunnerFailureStopsAll(t *testing.T) {
 	t.Parallel()
 	_, prog := rrBuild(t)
 	dir := t.TempDir()
-	p := rrStartRunner(t, "--nproc-per-node", "3", prog, "fail", dir, "1", "7", "300ms")
+	p := rrStartRunner(t, "--nproc-per-node", "3", "--failure-grace", "0", prog, "fail", dir, "1", "7", "300ms")
 	rrWaitFiles(t, 60*time.Second, filepath.Join(dir, "failed-at"))
 	gone := rrRanksGone(t, dir, 30*time.Second)
 	if d := gone.Sub(rrFailedAt(t, dir)); d > rrStopBound {
@@ -62,7 +70,7 @@ func TestRankrunnerFailureKillsStubbornRanks(t *testing.T) {
 	t.Parallel()
 	_, prog := rrBuild(t)
 	dir := t.TempDir()
-	p := rrStartRunner(t, "--nproc-per-node", "2", prog, "fail", dir, "0", "9", "300ms", "ignore-term")
+	p := rrStartRunner(t, "--nproc-per-node", "2", "--failure-grace", "0", prog, "fail", dir, "0", "9", "300ms", "ignore-term")
 	rrWaitFiles(t, 60*time.Second, filepath.Join(dir, "failed-at"))
 	gone := rrRanksGone(t, dir, 30*time.Second)
 	if d := gone.Sub(rrFailedAt(t, dir)); d > rrStopBound {
@@ -86,7 +94,7 @@ func TestRankrunnerMaxRestarts(t *testing.T) {
 	t.Parallel()
 	_, prog := rrBuild(t)
 	dir := t.TempDir()
-	p := rrRunRunner(t, 90*time.Second, "--nproc-per-node", "2", "--max-restarts", "2", prog, "fail", dir, "0", "3", "100ms")
+	p := rrRunRunner(t, 90*time.Second, "--nproc-per-node", "2", "--max-restarts", "2", "--failure-grace", "0", prog, "fail", dir, "0", "3", "100ms")
 	if p.code != 3 {
 		t.Fatalf("exit code %d, want 3", p.code)
 	}

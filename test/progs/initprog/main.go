@@ -5,10 +5,13 @@
 // restart/<RANKTREE_RESTART_COUNT>/.
 //
 //	initprog [FAILRANK]
+//	initprog die-before-init RANK
 //
 // prints "init ok rank=R world=W local=L group=G restart=N" and exits 0. In
 // attempt 0, rank FAILRANK exits 3 after the barrier and the other ranks
-// wait for SIGTERM, so the job restarts once.
+// wait for SIGTERM, so the job restarts once. With die-before-init, rank
+// RANK kills itself with SIGKILL before calling Init. A failing Init
+// prints "initprog: <error>" and exits 70.
 package main
 
 import (
@@ -26,6 +29,13 @@ import (
 func main() {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
+	if len(os.Args) > 2 && os.Args[1] == "die-before-init" {
+		if os.Getenv(ranktree.EnvRank) == os.Args[2] {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		os.Args = os.Args[:1]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rt, err := ranktree.Init(ctx)

@@ -8,8 +8,14 @@
 //	                                       after DELAY; the others block. OPT: ignore-term (the
 //	                                       others ignore SIGTERM), until=N (from restart N on,
 //	                                       every rank exits 0 at once)
-//	rankprog sleep DIR [ignore-term]       block; on SIGTERM write DIR/term-<rank> and exit 0
+//	rankprog sleep DIR [ignore-term]       block; on SIGTERM write DIR/term-<rank> (unix ns) and exit 0
 //	                                       (ignore-term: record it but keep running)
+//	rankprog crash DIR VICTIM REPORT [stay=R]
+//	                                       rank VICTIM writes DIR/failed-at and kills itself with
+//	                                       SIGKILL; every other rank waits for DIR/failed-at, then
+//	                                       REPORT later prints "rankprog: rank R: error: lost rank
+//	                                       VICTIM" to stderr, writes DIR/reported-<rank> and exits 12,
+//	                                       except rank stay=R, which then blocks as sleep does
 //
 // It depends on nothing of ranktree, so the launcher's tests do not break
 // while the runtime is being changed; obsprog and initprog use the runtime.
@@ -82,12 +88,46 @@ func main() {
 			os.Exit(code)
 		}
 		block(term, dir, rank, ignore)
+	case "crash":
+		crash(term, dir, rank, restart)
 	case "sleep":
 		block(term, dir, rank, len(os.Args) > 3 && os.Args[3] == "ignore-term")
 	default:
 		fmt.Fprintf(os.Stderr, "rankprog: unknown mode %q\n", mode)
 		os.Exit(64)
 	}
+}
+
+// crash runs mode crash (see the command doc).
+func crash(term chan os.Signal, dir, rank, restart string) {
+	victim := os.Args[3]
+	report, _ := time.ParseDuration(os.Args[4])
+	stay := ""
+	if len(os.Args) > 5 {
+		stay, _ = strings.CutPrefix(os.Args[5], "stay=")
+	}
+	waitPeers(dir, restart)
+	failedAt := filepath.Join(dir, "failed-at")
+	if rank == victim {
+		write(failedAt, strconv.FormatInt(time.Now().UnixNano(), 10))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(failedAt); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			os.Exit(99)
+		}
+	}
+	time.Sleep(report) // the time it takes to notice, as a real rank's transport error
+	fmt.Fprintf(os.Stderr, "rankprog: rank %s: error: lost rank %s (connection reset by peer)\n", rank, victim)
+	write(filepath.Join(dir, "reported-"+rank), strconv.FormatInt(time.Now().UnixNano(), 10))
+	if rank == stay {
+		block(term, dir, rank, false)
+	}
+	os.Exit(12)
 }
 
 // waitPeers waits (at most 30 s) until every rank of this attempt wrote
@@ -129,7 +169,7 @@ func block(term chan os.Signal, dir, rank string, ignore bool) {
 	for {
 		select {
 		case <-term:
-			write(filepath.Join(dir, "term-"+rank), "")
+			write(filepath.Join(dir, "term-"+rank), strconv.FormatInt(time.Now().UnixNano(), 10))
 			if !ignore {
 				os.Exit(0)
 			}

@@ -108,8 +108,10 @@ func newRoot(env Env) *cobra.Command {
 		Long: `rankrunner starts --nproc-per-node ranks of PROGRAM on this node, sets the env
 contract (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 RANKTREE_NATS_URL, RANKTREE_JOB, RANKTREE_RESTART_COUNT, credentials) and
-supervises them: when a rank fails every rank of the job is stopped and the
-job restarts while the job-wide --max-restarts budget lasts.
+supervises them: when a rank fails the other ranks get --failure-grace to
+report their own errors, then every rank of the job is stopped, a summary
+lists the failed ranks (root cause first), and the job restarts while the
+job-wide --max-restarts budget lasts.
 
 PROGRAM is a Go package (built once with go build) or an executable; the
 arguments after it are passed unchanged. Slurm (SLURM_PROCID, SLURM_NTASKS,
@@ -141,6 +143,7 @@ SLURM_LOCALID, SLURM_NODEID) and Kubernetes indexed Jobs
 	fs.StringVar(&f.cfg.JobID, "job-id", "", "job id: KV bucket and event subjects (default: random; required with --nnodes > 1)")
 	fs.IntVar(&f.cfg.MaxRestarts, "max-restarts", 0, "job-wide restart budget, kept in the store")
 	durationVar(fs, &f.cfg.MonitorInterval, "monitor-interval", 100*time.Millisecond, "supervision tick (seconds or a Go duration)")
+	durationVar(fs, &f.cfg.FailureGrace, "failure-grace", 3*time.Second, "after a rank fails, how long the other ranks may run on to report their errors and exit before SIGTERM (0: at once)")
 	durationVar(fs, &f.cfg.StopGrace, "stop-grace", 3*time.Second, "time between SIGTERM and SIGKILL when stopping ranks")
 	durationVar(fs, &f.cfg.RunnerHeartbeat, "runner-heartbeat", 5*time.Second, "with several nodes: how often each runner writes its heartbeat to the store")
 	durationVar(fs, &f.cfg.RunnerTimeout, "runner-timeout", 30*time.Second, "with several nodes: abort the attempt when another runner's heartbeat is silent this long")
@@ -204,6 +207,9 @@ func runLaunch(cmd *cobra.Command, env Env, f *launchFlags, args []string) error
 	}
 	if cfg.Redirects, err = launcher.ParseStdSpec(f.redirect); err != nil {
 		return usagef("invalid argument for \"--redirects\" flag: %v", err)
+	}
+	if cfg.FailureGrace == 0 { // --failure-grace 0; the Config's zero value means the default
+		cfg.FailureGrace = launcher.NoFailureGrace
 	}
 	cfg.Program, cfg.Args = args[0], args[1:]
 	cfg.Stdout, cfg.Stderr = env.Stdout, stderr

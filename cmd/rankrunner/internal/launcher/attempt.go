@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ranktree/ranktree"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -32,6 +33,10 @@ func stoppedKey(n int, id string) string { return restartPrefix(n) + "stopped/" 
 
 // doneKey is runner id's exit-barrier key of attempt n.
 func doneKey(n int, id string) string { return restartPrefix(n) + "done/" + id }
+
+// deadKey records that global rank failed in attempt n (ranktree.Init
+// watches it; see ranktree.DeadRank).
+func deadKey(n, rank int) string { return restartPrefix(n) + ranktree.DeadRankKey(rank) }
 
 // pumpDrain bounds how long a finished rank's output is drained (a
 // grandchild may hold the pipe open).
@@ -67,14 +72,15 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 	for i, s := range r.slots {
 		ranks[i] = s.Rank
 	}
-	pol := NewPolicy(r.id, ranks, r.cfg.StopGrace)
+	pol := NewPolicy(r.id, ranks, r.cfg.FailureGrace, r.cfg.StopGrace)
 	procs := make([]*proc, len(r.slots))
 	exits := make(chan RankExited, len(r.slots))
 	for i, slot := range r.slots {
 		out, err := openRankOutput(r.cfg, n, slot, r.stdout, r.stderr)
+		errFile := r.errorFile(n, slot.Rank)
 		var p *proc
 		if err == nil {
-			env := rankEnv(r.cfg, r.url, slot, r.world, r.localWorld, n)
+			env := rankEnv(r.cfg, r.url, slot, r.world, r.localWorld, n, errFile)
 			p, err = startRank(r.path, r.cfg.Args, env, i, slot, out)
 			if err != nil {
 				out.close()
@@ -82,20 +88,24 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 		}
 		if err != nil {
 			log.Error().Err(err).Int("rank", slot.Rank).Msg("rank did not start")
-			exits <- RankExited{Local: i, Code: 127}
+			exits <- RankExited{Local: i, Code: 127, Err: err.Error()}
 			continue
 		}
 		procs[i] = p
 		log.Debug().Int("rank", slot.Rank).Int("local_rank", slot.LocalRank).Int("pid", p.pid).Msg("rank started")
 		go func() {
-			code := p.wait()
+			code, sig := p.wait()
 			drained := make(chan struct{})
 			go func() { p.pumps.Wait(); close(drained) }()
 			select {
 			case <-drained:
 			case <-time.After(pumpDrain):
 			}
-			exits <- RankExited{Local: i, Code: code}
+			e := RankExited{Local: i, Code: code, Signal: sig, PID: p.pid}
+			if code != 0 {
+				e.Err = rankError(errFile, p.out.stderr.tail)
+			}
+			exits <- e
 		}()
 	}
 	log.Info().Ints("ranks", ranks).Int("world_size", r.world).Msg("attempt started")
@@ -136,6 +146,9 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 			case PublishDone:
 				log.Info().Msg("local ranks succeeded; waiting for the other runners")
 				publish(doneKey(n, r.id), []byte("1"))
+			case PublishDead:
+				b, _ := json.Marshal(a.Dead)
+				publish(deadKey(n, a.Dead.Rank), b)
 			case SignalRanks:
 				for i, p := range procs {
 					if p != nil && pol.Running(i) {
@@ -169,7 +182,14 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 			if e.Code != 0 {
 				lg = log.Warn()
 			}
-			lg.Int("rank", r.slots[e.Local].Rank).Int("exit_code", e.Code).Msg("rank exited")
+			lg = lg.Int("rank", r.slots[e.Local].Rank).Int("exit_code", e.Code)
+			if e.Signal != 0 {
+				lg = lg.Stringer("signal", e.Signal)
+			}
+			if e.Err != "" {
+				lg = lg.Str("rank_error", e.Err)
+			}
+			lg.Msg("rank exited")
 			in = e
 		case ev, ok := <-aborts:
 			if !ok {
@@ -219,6 +239,7 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 	log.Info().Stringer("outcome", outcome.Kind).Int("exit_code", outcome.ExitCode).Str("reason", outcome.Reason).Msg("attempt finished")
 	if outcome.Kind != Succeeded {
 		publish(stoppedKey(n, r.id), []byte("1"))
+		r.stderr.writeBlock(failureSummary(r.cfg.JobID, n, outcome))
 	}
 	return outcome, nil
 }

@@ -142,8 +142,15 @@ type Config struct {
 	// default 100ms). Rank exits, aborts and signals are pushed, and the
 	// SIGKILL deadline has its own timer; the tick is a backstop.
 	MonitorInterval time.Duration
+	// FailureGrace is how long the other ranks may run on after a rank
+	// fails (or another runner aborts the attempt) before they are sent
+	// SIGTERM, so that they can report why the job failed and exit by
+	// themselves; ranks that exit within it are not signalled (default 3s;
+	// NoFailureGrace signals them at once).
+	FailureGrace time.Duration
 	// StopGrace is the time between SIGTERM and SIGKILL when stopping ranks
-	// (default 3s, so ranks are gone within 5s of a failure).
+	// (default 3s): ranks are gone within FailureGrace+StopGrace of a
+	// failure.
 	StopGrace time.Duration
 	// RunnerHeartbeat is how often a runner of a multi-runner job writes
 	// its heartbeat key (default 5s, as torchrun's rendezvous keep-alive).
@@ -176,6 +183,10 @@ type Config struct {
 	// Log is the runner's logger.
 	Log zerolog.Logger
 }
+
+// NoFailureGrace as Config.FailureGrace stops the other ranks as soon as
+// one fails (--failure-grace 0).
+const NoFailureGrace time.Duration = -1
 
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -228,6 +239,9 @@ func (c *Config) validate() error {
 	}
 	if c.MonitorInterval < 0 {
 		return &FlagError{Flag: "--monitor-interval", Msg: "must be positive"}
+	}
+	if c.FailureGrace == 0 {
+		c.FailureGrace = 3 * time.Second
 	}
 	if c.StopGrace == 0 {
 		c.StopGrace = 3 * time.Second

@@ -57,7 +57,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.NNodes != 1 || c.NProcPerNode != 1 || c.NATSListen != "127.0.0.1:0" || !strings.HasPrefix(c.JobID, "job-") ||
-		c.Tee.All != StdAll || c.StopGrace <= 0 || c.MonitorInterval <= 0 || c.RunnerHeartbeat != 5e9 || c.RunnerTimeout != 30e9 {
+		c.Tee.All != StdAll || c.StopGrace <= 0 || c.FailureGrace != 3e9 || c.MonitorInterval <= 0 || c.RunnerHeartbeat != 5e9 || c.RunnerTimeout != 30e9 {
 		t.Fatalf("defaults not filled: %+v", c)
 	}
 	ranks, world, local := (&Config{NProcPerNode: 2, NNodes: 3, NodeRank: 2}).slots()
@@ -78,7 +78,7 @@ func (c Config) withCreds(user, pw string) Config {
 
 func TestRankEnv(t *testing.T) {
 	c := &Config{NodeRank: 1, JobID: "j1", Env: []string{"PATH=/bin", "RANK=99"}}
-	env := rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2)
+	env := rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2, "")
 	got := map[string]string{}
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -92,7 +92,7 @@ func TestRankEnv(t *testing.T) {
 	}
 	// A GOMAXPROCS the user set is kept.
 	c.Env = append(c.Env, "GOMAXPROCS=7")
-	for _, kv := range rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2) {
+	for _, kv := range rankEnv(c, "nats://h:1", RankSlot{Rank: 3, LocalRank: 1}, 4, 2, 2, "") {
 		if k, v, _ := strings.Cut(kv, "="); k == "GOMAXPROCS" && v != "7" {
 			t.Fatalf("GOMAXPROCS=%s overrides the user's 7", v)
 		}

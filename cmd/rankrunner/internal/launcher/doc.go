@@ -24,13 +24,22 @@
 //     wins) and run attempt n+1 with RANKTREE_RESTART_COUNT=n+1.
 //
 // The Policy's rules: a rank exiting non-zero makes the runner write
-// "restart/<n>/abort/runner-<id>" ({"runner","rank","reason","exit_code"}),
-// SIGTERM every local rank and SIGKILL them after the grace period; another
-// runner's abort key stops the local ranks the same way; SIGINT, SIGTERM,
+// "restart/<n>/abort/runner-<id>" ({"runner","rank","reason","exit_code",
+// "error"}) and "restart/<n>/dead/<rank>" (ranktree.DeadRank, which
+// ranktree.Init watches so that ranks still in Init fail at once), wait
+// the failure grace period (--failure-grace; ranks that exit meanwhile are
+// not signalled), then SIGTERM every local rank still running and SIGKILL
+// them after the stop grace period; another runner's abort key stops the
+// local ranks the same way; SIGINT, SIGTERM,
 // SIGHUP or SIGQUIT is forwarded to the ranks with a final abort (never
 // restarted); when every local rank exited 0 the runner writes
 // "restart/<n>/done/<id>" and waits until every runner's done key exists
 // (the exit barrier) or an abort arrives.
+//
+// A failed attempt ends with a root-cause summary on stderr (summary.go):
+// one line per failed rank, the first to fail first, with its exit code or
+// signal and the error it reported (its RANKTREE_ERROR_FILE, else its
+// stderr tail; rankerror.go).
 //
 // The exit code is 0 on success, the failing rank's exit code (128+signal
 // for a signal death), or 128+signal when the runner was signalled.

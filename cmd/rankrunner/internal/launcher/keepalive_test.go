@@ -49,7 +49,7 @@ func TestLiveness(t *testing.T) {
 // TestPolicyRunnerLost: a lost runner aborts a running attempt (restartable,
 // exit code 1) and ends the exit barrier of a runner whose ranks succeeded.
 func TestPolicyRunnerLost(t *testing.T) {
-	p := NewPolicy("node0", []int{0, 1}, 3*time.Second)
+	p := NewPolicy("node0", []int{0, 1}, 0, 3*time.Second)
 	acts := p.Step(RunnerLost{Runner: "node1", Silent: 30 * time.Second}, t0)
 	if len(acts) != 2 || !reflect.DeepEqual(acts[1], SignalRanks{syscall.SIGTERM}) {
 		t.Fatalf("running: actions %#v, want an abort then SIGTERM", acts)
@@ -67,7 +67,7 @@ func TestPolicyRunnerLost(t *testing.T) {
 	}
 
 	// Waiting at the exit barrier: a lost runner will never write its done key.
-	p = NewPolicy("node0", []int{0}, 3*time.Second)
+	p = NewPolicy("node0", []int{0}, 0, 3*time.Second)
 	if acts := p.Step(RankExited{Local: 0, Code: 0}, t0); !reflect.DeepEqual(acts, []Action{PublishDone{}}) {
 		t.Fatalf("success: %#v", acts)
 	}

@@ -29,6 +29,13 @@ func (c *console) writeLine(prefix, line []byte) {
 	_, _ = c.w.Write(buf) // the console going away must not stop the rank
 }
 
+// writeBlock writes s (whole lines) at once, unprefixed.
+func (c *console) writeBlock(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, _ = io.WriteString(c.w, s)
+}
+
 // rankColors are ANSI SGR colours cycled over ranks on a terminal.
 var rankColors = []int{36, 33, 32, 35, 34, 31, 96, 93, 92, 95, 94, 91}
 
@@ -46,6 +53,7 @@ type pump struct {
 	prefix []byte
 	con    *console // nil: redirected to the file only
 	file   *os.File // nil: no log file for this stream
+	tail   *errTail // nil: the stream's errors are not recorded (stdout)
 }
 
 func (p pump) run(r io.Reader) {
@@ -53,6 +61,9 @@ func (p pump) run(r io.Reader) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
+			if p.tail != nil {
+				p.tail.observe(line)
+			}
 			if p.file != nil {
 				_, _ = p.file.Write(line)
 			}
@@ -87,7 +98,7 @@ func (o *rankOutput) close() {
 // layout, with the global rank as the last directory).
 func openRankOutput(cfg *Config, attempt int, slot RankSlot, out, errc *console) (*rankOutput, error) {
 	prefix := rankPrefix(slot.Rank, cfg.Color)
-	o := &rankOutput{stdout: pump{prefix: prefix, con: out}, stderr: pump{prefix: prefix, con: errc}}
+	o := &rankOutput{stdout: pump{prefix: prefix, con: out}, stderr: pump{prefix: prefix, con: errc, tail: &errTail{}}}
 	if cfg.LogDir == "" {
 		return o, nil
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/ranktree/ranktree"
 )
 
 // This file is the supervision core: a pure state machine of one attempt
@@ -14,13 +16,15 @@ import (
 
 // Abort is the JSON value of an abort key restart/<n>/abort/runner-<id>:
 // which runner aborted the attempt, the failing rank (-1 for none), why, and
-// the exit code the job should end with. Final aborts (a runner was
-// interrupted) are never restarted.
+// the exit code the job should end with, and the error the failing rank
+// reported (its error file or last error line of stderr; "" if none).
+// Final aborts (a runner was interrupted) are never restarted.
 type Abort struct {
 	Runner   string `json:"runner"`
 	Rank     int    `json:"rank"`
 	Reason   string `json:"reason"`
 	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
 	Final    bool   `json:"final,omitempty"`
 }
 
@@ -52,17 +56,69 @@ type Outcome struct {
 	Rank     int    // failing global rank; -1 when none is known
 	ExitCode int    // the code rankrunner exits with (0 on success)
 	Reason   string // human-readable cause
+	Error    string // the error the failing rank reported ("" if none or unknown)
 	Remote   bool   // the failure was reported by another runner
 	Final    bool   // never restart (interrupted here or on another runner)
+	// Failures lists this runner's ranks that exited non-zero, in the
+	// order they exited: with a local root cause, it is Failures[0]
+	// (summary.go prints them as torchrun's ChildFailedError table).
+	Failures []RankFailure
+}
+
+// RankFailure is one local rank that exited non-zero during an attempt.
+type RankFailure struct {
+	Rank   int            // global rank
+	Local  int            // local index
+	PID    int            // process id (0 if it never started)
+	Code   int            // exit code; 128+signal for a signal death
+	Signal syscall.Signal // the signal that killed it; 0 if it exited
+	Error  string         // the error it reported ("" if none)
+	At     time.Time      // when the runner saw the exit
+	// Stopped: it exited after the runner signalled it, so it is a
+	// consequence of the failure, not a cause.
+	Stopped bool
+}
+
+// Status describes how the rank ended: "exit code 7" or
+// "signal: killed (SIGKILL)", the wording of os/exec's ExitError.
+func (f RankFailure) Status() string { return exitStatus(f.Code, f.Signal) }
+
+// exitStatus is "exit code N", or "signal: NAME (SIGXXX)" for a signal death.
+func exitStatus(code int, sig syscall.Signal) string {
+	if sig != 0 {
+		return fmt.Sprintf("signal: %v (%s)", sig, signalName(sig))
+	}
+	return fmt.Sprintf("exit code %d", code)
+}
+
+// signalName is the SIGXXX name of the common termination signals, else
+// "signal N".
+func signalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
+		syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+		syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ", syscall.SIGSYS: "SIGSYS",
+	}
+	if n, ok := names[sig]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(sig))
 }
 
 // Inputs of Policy.Step.
 type (
 	// RankExited: local rank index Local exited with Code (128+signal for
-	// a signal death).
+	// a signal death, Signal then set), having reported Err ("" if
+	// nothing); PID is its process id (0 if it never started).
 	RankExited struct {
-		Local int
-		Code  int
+		Local  int
+		Code   int
+		Signal syscall.Signal
+		Err    string
+		PID    int
 	}
 	// AbortSeen: an abort key of this attempt appeared in the store.
 	AbortSeen struct{ Abort Abort }
@@ -88,6 +144,9 @@ type (
 	SignalRanks struct{ Sig syscall.Signal }
 	// PublishDone: write this runner's done key (all local ranks exited 0).
 	PublishDone struct{}
+	// PublishDead: write the dead key of a rank that exited non-zero, so
+	// that ranks still waiting in ranktree.Init for it fail at once.
+	PublishDead struct{ Dead ranktree.DeadRank }
 	// Finish: the attempt is over.
 	Finish struct{ Outcome Outcome }
 )
@@ -96,6 +155,7 @@ type phase uint8
 
 const (
 	phaseRunning  phase = iota // ranks run
+	phaseGrace                 // a rank failed; the others may still report and exit until deadline
 	phaseStopping              // SIGTERM (or the forwarded signal) sent; SIGKILL at deadline
 	phaseKilling               // SIGKILL sent; waiting for exits
 	phaseBarrier               // local ranks all exited 0; waiting for the other runners
@@ -104,21 +164,27 @@ const (
 
 // Policy is the supervision state of one attempt on one runner.
 type Policy struct {
-	self     string // this runner's id
-	ranks    []int  // global rank of each local index
-	running  []bool
-	nRunning int
-	grace    time.Duration
-	phase    phase
-	deadline time.Time
-	outcome  Outcome
+	self      string // this runner's id
+	ranks     []int  // global rank of each local index
+	running   []bool
+	nRunning  int
+	failGrace time.Duration // failure → SIGTERM
+	grace     time.Duration // SIGTERM → SIGKILL
+	phase     phase
+	deadline  time.Time
+	signalled bool // ranks were sent a signal
+	failures  []RankFailure
+	outcome   Outcome
 }
 
 // NewPolicy returns the state of an attempt whose local ranks (global rank
-// of each local index) have all been started. grace is the time between
-// SIGTERM and SIGKILL.
-func NewPolicy(self string, ranks []int, grace time.Duration) *Policy {
-	p := &Policy{self: self, ranks: ranks, running: make([]bool, len(ranks)), nRunning: len(ranks), grace: grace}
+// of each local index) have all been started. failureGrace is how long the
+// other ranks may go on after a failure (to report their own errors and
+// exit) before they are sent SIGTERM (0: at once); stopGrace is the time
+// between SIGTERM and SIGKILL.
+func NewPolicy(self string, ranks []int, failureGrace, stopGrace time.Duration) *Policy {
+	p := &Policy{self: self, ranks: ranks, running: make([]bool, len(ranks)), nRunning: len(ranks),
+		failGrace: max(0, failureGrace), grace: stopGrace}
 	for i := range p.running {
 		p.running[i] = true
 	}
@@ -152,13 +218,21 @@ func (p *Policy) Step(in Input, now time.Time) []Action {
 		}
 		o := Outcome{Kind: Failed, Rank: in.Abort.Rank, ExitCode: in.Abort.ExitCode, Remote: true, Final: in.Abort.Final,
 			Reason: fmt.Sprintf("runner %s aborted the attempt: %s", in.Abort.Runner, in.Abort.Reason)}
+		o.Error = in.Abort.Error
 		if o.ExitCode == 0 {
 			o.ExitCode = 1
 		}
 		switch p.phase {
 		case phaseRunning:
 			p.outcome = o
-			return p.stop(syscall.SIGTERM, now)
+			if o.Final {
+				return p.stop(syscall.SIGTERM, now)
+			}
+			return p.fail(now)
+		case phaseGrace, phaseStopping, phaseKilling:
+			// Already failing; an interrupted runner still makes the
+			// failure final, so no runner restarts without the others.
+			p.outcome.Final = p.outcome.Final || o.Final
 		case phaseBarrier:
 			p.outcome = o
 			return p.finish()
@@ -176,6 +250,13 @@ func (p *Policy) Step(in Input, now time.Time) []Action {
 			p.outcome = o
 			acts := []Action{PublishAbort{Abort{Runner: p.self, Rank: -1, Reason: o.Reason, ExitCode: o.ExitCode, Final: true}}}
 			return append(acts, p.stop(in.Sig, now)...)
+		case phaseGrace:
+			// Interrupted while the others report a failure: forward the
+			// signal now, keep the failure as the cause, never restart.
+			p.outcome.Final = true
+			a := Abort{Runner: p.self, Rank: p.outcome.Rank, Reason: p.outcome.Reason + "; then " + o.Reason,
+				ExitCode: p.outcome.ExitCode, Error: p.outcome.Error, Final: true}
+			return append([]Action{PublishAbort{a}}, p.stop(in.Sig, now)...)
 		case phaseStopping:
 			// A second signal: stop waiting for the grace period.
 			p.phase = phaseKilling
@@ -191,13 +272,16 @@ func (p *Policy) Step(in Input, now time.Time) []Action {
 		switch p.phase {
 		case phaseRunning:
 			p.outcome = o
-			return append([]Action{abort}, p.stop(syscall.SIGTERM, now)...)
+			return append([]Action{abort}, p.fail(now)...)
 		case phaseBarrier:
 			p.outcome = o
 			return append([]Action{abort}, p.finish()...)
 		}
 	case Tick:
-		if p.phase == phaseStopping && !now.Before(p.deadline) {
+		switch {
+		case p.phase == phaseGrace && !now.Before(p.deadline):
+			return p.stop(syscall.SIGTERM, now)
+		case p.phase == phaseStopping && !now.Before(p.deadline):
 			p.phase = phaseKilling
 			return []Action{SignalRanks{syscall.SIGKILL}}
 		}
@@ -211,24 +295,48 @@ func (p *Policy) exited(in RankExited, now time.Time) []Action {
 	}
 	p.running[in.Local] = false
 	p.nRunning--
+	rank := p.ranks[in.Local]
+	var acts []Action
+	if in.Code != 0 {
+		p.failures = append(p.failures, RankFailure{Rank: rank, Local: in.Local, PID: in.PID, Code: in.Code,
+			Signal: in.Signal, Error: in.Err, At: now, Stopped: p.signalled})
+		if !p.signalled { // a rank we stopped is no news to anyone
+			acts = append(acts, PublishDead{ranktree.DeadRank{Rank: rank, ExitCode: in.Code,
+				Status: exitStatus(in.Code, in.Signal), Error: in.Err}})
+		}
+	}
 	switch p.phase {
 	case phaseRunning:
 		if in.Code != 0 {
-			rank := p.ranks[in.Local]
-			p.outcome = Outcome{Kind: Failed, Rank: rank, ExitCode: in.Code,
-				Reason: fmt.Sprintf("rank %d exited with code %d", rank, in.Code)}
-			acts := []Action{PublishAbort{Abort{Runner: p.self, Rank: rank, Reason: p.outcome.Reason, ExitCode: in.Code}}}
-			return append(acts, p.stop(syscall.SIGTERM, now)...)
+			reason := fmt.Sprintf("rank %d exited with code %d", rank, in.Code)
+			if in.Signal != 0 {
+				reason = fmt.Sprintf("rank %d died of %s (exit code %d)", rank, exitStatus(in.Code, in.Signal), in.Code)
+			}
+			p.outcome = Outcome{Kind: Failed, Rank: rank, ExitCode: in.Code, Reason: reason, Error: in.Err}
+			acts = append(acts, PublishAbort{Abort{Runner: p.self, Rank: rank, Reason: reason, ExitCode: in.Code, Error: in.Err}})
+			return append(acts, p.fail(now)...)
 		}
 		if p.nRunning == 0 {
 			p.phase = phaseBarrier
-			return []Action{PublishDone{}}
+			return append(acts, PublishDone{})
 		}
-	case phaseStopping, phaseKilling:
+	case phaseGrace, phaseStopping, phaseKilling:
 		if p.nRunning == 0 {
-			return p.finish()
+			return append(acts, p.finish()...)
 		}
 	}
+	return acts
+}
+
+// fail starts stopping the ranks after a failure: the failure grace
+// period first (the others may report and exit by themselves), then
+// SIGTERM.
+func (p *Policy) fail(now time.Time) []Action {
+	if p.failGrace <= 0 || p.nRunning == 0 {
+		return p.stop(syscall.SIGTERM, now)
+	}
+	p.phase = phaseGrace
+	p.deadline = now.Add(p.failGrace)
 	return nil
 }
 
@@ -238,18 +346,22 @@ func (p *Policy) stop(sig syscall.Signal, now time.Time) []Action {
 		return p.finish()
 	}
 	p.phase = phaseStopping
+	p.signalled = true
 	p.deadline = now.Add(p.grace)
 	return []Action{SignalRanks{sig}}
 }
 
 func (p *Policy) finish() []Action {
 	p.phase = phaseDone
+	p.outcome.Failures = p.failures
 	return []Action{Finish{p.outcome}}
 }
 
-// Deadline returns when SIGKILL is due, while ranks are being stopped.
+// Deadline returns when the next timed step is due: the end of the
+// failure grace period (SIGTERM), or SIGKILL while ranks are being
+// stopped. The attempt loop feeds a Tick at that time.
 func (p *Policy) Deadline() (time.Time, bool) {
-	return p.deadline, p.phase == phaseStopping
+	return p.deadline, p.phase == phaseGrace || p.phase == phaseStopping
 }
 
 // Running reports whether local index i is still running.
@@ -266,10 +378,12 @@ func (SignalReceived) input() {}
 func (Tick) input()           {}
 func (RunnerLost) input()     {}
 
-// Action is one of PublishAbort, SignalRanks, PublishDone, Finish.
+// Action is one of PublishAbort, SignalRanks, PublishDone, PublishDead,
+// Finish.
 type Action interface{ action() }
 
 func (PublishAbort) action() {}
+func (PublishDead) action()  {}
 func (SignalRanks) action()  {}
 func (PublishDone) action()  {}
 func (Finish) action()       {}

@@ -5,17 +5,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ranktree/ranktree"
 )
 
 var t0 = time.Unix(1000, 0)
 
 func TestPolicyLocalFailureStopsAndEscalates(t *testing.T) {
-	p := NewPolicy("node0", []int{4, 5, 6}, 3*time.Second)
+	p := NewPolicy("node0", []int{4, 5, 6}, 0, 3*time.Second)
 	if acts := p.Start(); acts != nil {
 		t.Fatalf("Start = %v", acts)
 	}
 	acts := p.Step(RankExited{Local: 1, Code: 7}, t0)
 	want := []Action{
+		PublishDead{ranktree.DeadRank{Rank: 5, ExitCode: 7, Status: "exit code 7"}},
 		PublishAbort{Abort{Runner: "node0", Rank: 5, Reason: "rank 5 exited with code 7", ExitCode: 7}},
 		SignalRanks{syscall.SIGTERM},
 	}
@@ -52,7 +55,7 @@ func TestPolicyLocalFailureStopsAndEscalates(t *testing.T) {
 }
 
 func TestPolicySuccessWaitsForOtherRunners(t *testing.T) {
-	p := NewPolicy("node1", []int{2, 3}, time.Second)
+	p := NewPolicy("node1", []int{2, 3}, 0, time.Second)
 	if acts := p.Step(RankExited{Local: 0, Code: 0}, t0); acts != nil {
 		t.Fatalf("one rank done: %v", acts)
 	}
@@ -65,7 +68,7 @@ func TestPolicySuccessWaitsForOtherRunners(t *testing.T) {
 }
 
 func TestPolicyAbortDuringBarrierFails(t *testing.T) {
-	p := NewPolicy("node1", []int{2}, time.Second)
+	p := NewPolicy("node1", []int{2}, 0, time.Second)
 	p.Step(RankExited{Local: 0, Code: 0}, t0)
 	acts := p.Step(AbortSeen{Abort{Runner: "node0", Rank: 0, Reason: "x", ExitCode: 3}}, t0)
 	if len(acts) != 1 {
@@ -77,7 +80,7 @@ func TestPolicyAbortDuringBarrierFails(t *testing.T) {
 }
 
 func TestPolicyRemoteAbortStopsRanks(t *testing.T) {
-	p := NewPolicy("node0", []int{0, 1}, time.Second)
+	p := NewPolicy("node0", []int{0, 1}, 0, time.Second)
 	if acts := p.Step(AbortSeen{Abort{Runner: "node0", Rank: 1, ExitCode: 4}}, t0); acts != nil {
 		t.Fatalf("own abort echoed back must be ignored: %v", acts)
 	}
@@ -93,7 +96,7 @@ func TestPolicyRemoteAbortStopsRanks(t *testing.T) {
 }
 
 func TestPolicySignalForwardedAndFinal(t *testing.T) {
-	p := NewPolicy("node0", []int{0, 1}, time.Second)
+	p := NewPolicy("node0", []int{0, 1}, 0, time.Second)
 	acts := p.Step(SignalReceived{syscall.SIGINT}, t0)
 	if len(acts) != 2 {
 		t.Fatalf("%v", acts)
@@ -116,7 +119,7 @@ func TestPolicySignalForwardedAndFinal(t *testing.T) {
 }
 
 func TestPolicyFinalRemoteAbortIsFinal(t *testing.T) {
-	p := NewPolicy("node1", []int{0}, time.Second)
+	p := NewPolicy("node1", []int{0}, 0, time.Second)
 	p.Step(AbortSeen{Abort{Runner: "node0", Rank: -1, ExitCode: 143, Final: true}}, t0)
 	acts := p.Step(RankExited{Local: 0, Code: 143}, t0)
 	if o := acts[0].(Finish).Outcome; !o.Final || o.ExitCode != 143 {
@@ -125,27 +128,156 @@ func TestPolicyFinalRemoteAbortIsFinal(t *testing.T) {
 }
 
 func TestPolicyNoLocalRanks(t *testing.T) {
-	p := NewPolicy("node0", nil, time.Second)
+	p := NewPolicy("node0", nil, 0, time.Second)
 	if acts := p.Start(); !reflect.DeepEqual(acts, []Action{PublishDone{}}) {
 		t.Fatalf("Start with no ranks: %v", acts)
 	}
 }
 
 func TestPolicyStopWithNothingRunningFinishes(t *testing.T) {
-	p := NewPolicy("node0", []int{0}, time.Second)
+	p := NewPolicy("node0", []int{0}, 0, time.Second)
 	acts := p.Step(RankExited{Local: 0, Code: 2}, t0)
-	if len(acts) != 2 || acts[1].(Finish).Outcome.ExitCode != 2 {
+	if len(acts) != 3 || acts[2].(Finish).Outcome.ExitCode != 2 {
 		t.Fatalf("sole rank failing: %v", acts)
 	}
 }
 
 func TestPolicyIgnoresDuplicateAndUnknownExits(t *testing.T) {
-	p := NewPolicy("node0", []int{0, 1}, time.Second)
+	p := NewPolicy("node0", []int{0, 1}, 0, time.Second)
 	p.Step(RankExited{Local: 0, Code: 0}, t0)
 	if acts := p.Step(RankExited{Local: 0, Code: 0}, t0); acts != nil {
 		t.Fatalf("duplicate exit: %v", acts)
 	}
 	if acts := p.Step(RankExited{Local: 9, Code: 1}, t0); acts != nil {
 		t.Fatalf("unknown rank: %v", acts)
+	}
+}
+
+// TestPolicyFailureGraceLetsOthersReport: after rank 1 is killed, the
+// others are not signalled during the failure grace period; one reports
+// and exits by itself, the other gets SIGTERM at the end of the period and
+// SIGKILL a stop grace later. The outcome lists the failures in exit
+// order, the victim first.
+func TestPolicyFailureGraceLetsOthersReport(t *testing.T) {
+	p := NewPolicy("node0", []int{0, 1, 2}, 3*time.Second, 2*time.Second)
+	acts := p.Step(RankExited{Local: 1, Code: 137, Signal: syscall.SIGKILL, PID: 11}, t0)
+	reason := "rank 1 died of signal: killed (SIGKILL) (exit code 137)"
+	want := []Action{
+		PublishDead{ranktree.DeadRank{Rank: 1, ExitCode: 137, Status: "signal: killed (SIGKILL)"}},
+		PublishAbort{Abort{Runner: "node0", Rank: 1, Reason: reason, ExitCode: 137}},
+	}
+	if !reflect.DeepEqual(acts, want) {
+		t.Fatalf("failure actions = %#v, want %#v (no signal during the grace period)", acts, want)
+	}
+	if d, ok := p.Deadline(); !ok || !d.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("Deadline = %v, %v; want the end of the failure grace t0+3s", d, ok)
+	}
+	if acts := p.Step(Tick{}, t0.Add(2999*time.Millisecond)); acts != nil {
+		t.Fatalf("signalled before the failure grace ended: %v", acts)
+	}
+	// Rank 0 reports its own error and exits by itself.
+	acts = p.Step(RankExited{Local: 0, Code: 12, Err: "lost rank 1", PID: 10}, t0.Add(200*time.Millisecond))
+	if !reflect.DeepEqual(acts, []Action{PublishDead{ranktree.DeadRank{Rank: 0, ExitCode: 12, Status: "exit code 12", Error: "lost rank 1"}}}) {
+		t.Fatalf("second failure during the grace period: %v", acts)
+	}
+	if acts := p.Step(AbortSeen{Abort{Runner: "node1", Rank: 7, ExitCode: 1}}, t0.Add(time.Second)); acts != nil {
+		t.Fatalf("a later remote abort changed course: %v", acts)
+	}
+	if acts := p.Step(Tick{}, t0.Add(3*time.Second)); !reflect.DeepEqual(acts, []Action{SignalRanks{syscall.SIGTERM}}) {
+		t.Fatalf("end of the failure grace: %v, want SIGTERM", acts)
+	}
+	if d, ok := p.Deadline(); !ok || !d.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("SIGKILL deadline = %v, %v; want t0+3s+2s", d, ok)
+	}
+	if acts := p.Step(Tick{}, t0.Add(5*time.Second)); !reflect.DeepEqual(acts, []Action{SignalRanks{syscall.SIGKILL}}) {
+		t.Fatalf("end of the stop grace: %v, want SIGKILL", acts)
+	}
+	acts = p.Step(RankExited{Local: 2, Code: 137, Signal: syscall.SIGKILL, PID: 12}, t0.Add(5100*time.Millisecond))
+	if len(acts) != 1 {
+		t.Fatalf("last exit: %v, want only Finish (a stopped rank is no news)", acts)
+	}
+	o := acts[0].(Finish).Outcome
+	if o.Kind != Failed || o.Rank != 1 || o.ExitCode != 137 || o.Reason != reason {
+		t.Fatalf("outcome %+v", o)
+	}
+	wantF := []RankFailure{
+		{Rank: 1, Local: 1, PID: 11, Code: 137, Signal: syscall.SIGKILL, At: t0},
+		{Rank: 0, Local: 0, PID: 10, Code: 12, Error: "lost rank 1", At: t0.Add(200 * time.Millisecond)},
+		{Rank: 2, Local: 2, PID: 12, Code: 137, Signal: syscall.SIGKILL, At: t0.Add(5100 * time.Millisecond), Stopped: true},
+	}
+	if !reflect.DeepEqual(o.Failures, wantF) {
+		t.Fatalf("failures\n%+v\nwant\n%+v", o.Failures, wantF)
+	}
+}
+
+// TestPolicyFailureGraceEndsWhenAllExit: when every other rank exits
+// during the failure grace period, the attempt finishes without signalling
+// anyone.
+func TestPolicyFailureGraceEndsWhenAllExit(t *testing.T) {
+	p := NewPolicy("node0", []int{0, 1, 2}, 3*time.Second, time.Second)
+	p.Step(RankExited{Local: 2, Code: 7}, t0)
+	if acts := p.Step(RankExited{Local: 0, Code: 0}, t0.Add(time.Second)); acts != nil {
+		t.Fatalf("clean exit in the grace period: %v", acts)
+	}
+	acts := p.Step(RankExited{Local: 1, Code: 70, Err: "init failed"}, t0.Add(2*time.Second))
+	if len(acts) != 2 {
+		t.Fatalf("last exit: %v, want PublishDead and Finish", acts)
+	}
+	o := acts[1].(Finish).Outcome
+	if o.Rank != 2 || o.ExitCode != 7 || len(o.Failures) != 2 || o.Failures[1].Stopped {
+		t.Fatalf("outcome %+v", o)
+	}
+	if _, ok := p.Deadline(); ok {
+		t.Fatal("a finished policy has a deadline")
+	}
+}
+
+// TestPolicyZeroFailureGraceStopsAtOnce: failure grace 0 keeps the
+// immediate SIGTERM.
+func TestPolicyZeroFailureGraceStopsAtOnce(t *testing.T) {
+	p := NewPolicy("node0", []int{0, 1}, 0, time.Second)
+	acts := p.Step(RankExited{Local: 0, Code: 3}, t0)
+	if len(acts) != 3 || acts[2] != (SignalRanks{syscall.SIGTERM}) {
+		t.Fatalf("%v, want SIGTERM at once", acts)
+	}
+}
+
+// TestPolicySignalDuringFailureGrace: Ctrl-C during the grace period
+// forwards the signal at once and makes the failure final (never
+// restarted), keeping the failing rank as the cause.
+func TestPolicySignalDuringFailureGrace(t *testing.T) {
+	p := NewPolicy("node0", []int{0, 1}, 3*time.Second, time.Second)
+	p.Step(RankExited{Local: 0, Code: 5, Err: "boom"}, t0)
+	acts := p.Step(SignalReceived{syscall.SIGINT}, t0.Add(time.Second))
+	if len(acts) != 2 || acts[1] != (SignalRanks{syscall.SIGINT}) {
+		t.Fatalf("signal in the grace period: %v", acts)
+	}
+	if a := acts[0].(PublishAbort).Abort; !a.Final || a.Rank != 0 || a.ExitCode != 5 || a.Error != "boom" {
+		t.Fatalf("abort %+v", a)
+	}
+	acts = p.Step(RankExited{Local: 1, Code: 130}, t0.Add(time.Second))
+	if o := acts[0].(Finish).Outcome; !o.Final || o.Rank != 0 || o.ExitCode != 5 || !o.Failures[1].Stopped {
+		t.Fatalf("outcome %+v", o)
+	}
+}
+
+// TestPolicyRemoteAbortFailureGrace: another runner's failure starts the
+// grace period too; an interrupted runner's (final) abort stops at once,
+// and one seen during the grace period makes the outcome final.
+func TestPolicyRemoteAbortFailureGrace(t *testing.T) {
+	p := NewPolicy("node0", []int{0}, 3*time.Second, time.Second)
+	if acts := p.Step(AbortSeen{Abort{Runner: "node1", Rank: 1, ExitCode: 4, Error: "oom"}}, t0); acts != nil {
+		t.Fatalf("remote failure: %v, want the grace period", acts)
+	}
+	p.Step(AbortSeen{Abort{Runner: "node2", Rank: -1, ExitCode: 130, Final: true}}, t0.Add(time.Second))
+	acts := p.Step(RankExited{Local: 0, Code: 0}, t0.Add(time.Second))
+	if o := acts[0].(Finish).Outcome; !o.Remote || !o.Final || o.Rank != 1 || o.Error != "oom" || len(o.Failures) != 0 {
+		t.Fatalf("outcome %+v", o)
+	}
+
+	p = NewPolicy("node0", []int{0}, 3*time.Second, time.Second)
+	acts = p.Step(AbortSeen{Abort{Runner: "node1", Rank: -1, ExitCode: 143, Final: true}}, t0)
+	if !reflect.DeepEqual(acts, []Action{SignalRanks{syscall.SIGTERM}}) {
+		t.Fatalf("final remote abort: %v, want SIGTERM at once", acts)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -33,6 +34,7 @@ type runner struct {
 	stderr     *console
 	cleanups   []func()
 	lost       map[string]bool // runners whose heartbeat was lost (attempt loop only)
+	errDir     string          // ranks' RANKTREE_ERROR_FILE directory ("" if none could be made)
 }
 
 // ErrInterrupted is returned by Run when a signal stopped the runner
@@ -105,6 +107,17 @@ func newRunner(cfg Config) (*runner, error) {
 	return r, nil
 }
 
+// errorFile is the RANKTREE_ERROR_FILE of rank in attempt n ("" when the
+// runner has no error directory). A file left from before is removed.
+func (r *runner) errorFile(n, rank int) string {
+	if r.errDir == "" {
+		return ""
+	}
+	path := filepath.Join(r.errDir, fmt.Sprintf("attempt%d-rank%d.txt", n, rank))
+	_ = os.Remove(path)
+	return path
+}
+
 // addCleanup registers f to run at teardown (last registered first).
 func (r *runner) addCleanup(f func()) { r.cleanups = append(r.cleanups, f) }
 
@@ -124,6 +137,12 @@ func (r *runner) setup(ctx context.Context) (int, error) {
 		return 1, err
 	}
 	r.path = path
+	if dir, err := os.MkdirTemp("", "rankrunner-errors-"); err != nil {
+		r.log.Warn().Err(err).Msg("no directory for the ranks' error files; the failure summary uses their stderr")
+	} else {
+		r.errDir = dir
+		r.addCleanup(func() { _ = os.RemoveAll(dir) })
+	}
 	r.url = r.cfg.NATSURL
 	if r.cfg.serves() {
 		url, shutdown, err := startServer(r.cfg, r.log)
@@ -203,8 +222,8 @@ func (r *runner) loop(ctx context.Context, sigs <-chan os.Signal) (int, error) {
 
 // lingerForPeers keeps the embedded NATS server of a failed multi-runner
 // job up until every runner has seen the failure and stopped its ranks
-// (its "restart/<n>/stopped/<id>" key), or StopGrace+5s passed, so that no
-// runner misses the abort because the server went away.
+// (its "restart/<n>/stopped/<id>" key), or FailureGrace+StopGrace+5s
+// passed, so that no runner misses the abort because the server went away.
 func (r *runner) lingerForPeers(ctx context.Context, n int, sigs <-chan os.Signal) {
 	if !r.cfg.serves() || r.numRunners < 2 {
 		return
@@ -224,7 +243,7 @@ func (r *runner) lingerForPeers(ctx context.Context, n int, sigs <-chan os.Signa
 			keys = append(keys, stoppedKey(n, id))
 		}
 	}
-	bound := r.cfg.StopGrace + 5*time.Second
+	bound := max(0, r.cfg.FailureGrace) + r.cfg.StopGrace + 5*time.Second
 	if err := r.st.Wait(ctx, keys, bound); err != nil {
 		r.log.Warn().Err(err).Dur("waited", bound).Msg("not every runner confirmed it stopped; shutting the NATS server down anyway")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -51,8 +52,8 @@ func runNodesTimed(t *testing.T, st store.Store, nnodes, maxRestarts int, script
 		r, err := newRunner(Config{
 			Program: "/bin/sh", Args: []string{"-c", script}, NNodes: nnodes, NodeRank: node, NProcPerNode: 1,
 			JobID: "j", NATSURL: "nats://unused:1", MaxRestarts: maxRestarts, StopGrace: time.Second,
-			NATSListen: listen(node),
-			Stdout:     out, Stderr: out, Env: os.Environ(),
+			FailureGrace: NoFailureGrace, NATSListen: listen(node),
+			Stdout: out, Stderr: out, Env: os.Environ(),
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -166,5 +167,65 @@ func TestRunnerRefusesFinishedJob(t *testing.T) {
 	codes := runNodes(t, st, 1, 0, `echo second run; exit 0`, &out)
 	if codes[0] != 2 || strings.Contains(out.String(), "second run") {
 		t.Fatalf("rerun of a finished job: exit %v, output:\n%s", codes, out.String())
+	}
+}
+
+// TestRunnerFailureGraceAndSummary: rank 1 of 3 is killed (SIGKILL); rank
+// 0 notices, reports an error and exits 12 during the failure grace
+// period, unsignalled; rank 2 waits and is sent SIGTERM only when the
+// period ends. The runner exits with the victim's 137, writes the dead
+// keys ranktree.Init watches, and prints the summary with the victim first.
+func TestRunnerFailureGraceAndSummary(t *testing.T) {
+	const grace = time.Second
+	st := store.NewMemStore()
+	var out lockedBuffer
+	dir := t.TempDir()
+	script := `case $RANK in
+1) echo $$ > ` + dir + `/pid1.tmp; mv ` + dir + `/pid1.tmp ` + dir + `/pid1; kill -9 $$ ;;
+0) while [ ! -f ` + dir + `/pid1 ]; do sleep 0.01; done
+   while kill -0 $(cat ` + dir + `/pid1) 2>/dev/null; do sleep 0.01; done
+   sleep 0.1; echo "rank 0: error: lost rank 1" >&2; exit 12 ;;
+2) trap 'exit 143' TERM; while :; do sleep 0.02; done ;;
+esac`
+	r, err := newRunner(Config{
+		Program: "/bin/sh", Args: []string{"-c", script}, NProcPerNode: 3, JobID: "j", NATSURL: "nats://unused:1",
+		FailureGrace: grace, StopGrace: time.Second, Stdout: &out, Stderr: &out, Env: os.Environ(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.st, r.path, r.url = st, "/bin/sh", "nats://unused:1"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, err := r.loop(ctx, make(chan os.Signal))
+	if err != nil || code != 137 {
+		t.Fatalf("exit %d, %v; want the victim's 137\n%s", code, err, out.String())
+	}
+	var summary []string
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "  [") {
+			summary = append(summary, l)
+		}
+	}
+	if len(summary) != 3 ||
+		!strings.HasPrefix(summary[0], "  [root cause] rank 1 (local 1, pid ") || !strings.HasSuffix(summary[0], "signal: killed (SIGKILL); error: none reported") ||
+		!strings.HasPrefix(summary[1], "  [failed +") || !strings.HasSuffix(summary[1], "exit code 12; error: rank 0: error: lost rank 1") ||
+		!strings.HasPrefix(summary[2], "  [stopped +") || !strings.Contains(summary[2], "rank 2 ") {
+		t.Fatalf("summary lines %q\n%s", summary, out.String())
+	}
+	var stoppedAt float64
+	if _, err := fmt.Sscanf(strings.TrimPrefix(summary[2], "  [stopped +"), "%fs]", &stoppedAt); err != nil || stoppedAt < grace.Seconds() {
+		t.Fatalf("rank 2 stopped %.2fs after the kill (%v), want after the %v failure grace", stoppedAt, err, grace)
+	}
+	t.Logf("rank 2 stopped %.2fs after rank 1 was killed (failure grace %v)", stoppedAt, grace)
+	bg := context.Background()
+	if v, err := st.Get(bg, deadKey(0, 1)); err != nil || !strings.Contains(string(v), `"status":"signal: killed (SIGKILL)"`) {
+		t.Fatalf("dead key of rank 1: %s, %v", v, err)
+	}
+	if v, err := st.Get(bg, deadKey(0, 0)); err != nil || !strings.Contains(string(v), `"exit_code":12`) || !strings.Contains(string(v), "lost rank 1") {
+		t.Fatalf("dead key of rank 0: %s, %v", v, err)
+	}
+	if ok, err := st.Check(bg, []string{deadKey(0, 2)}); err != nil || ok {
+		t.Fatalf("a rank stopped by the runner got a dead key (%v, %v)", ok, err)
 	}
 }

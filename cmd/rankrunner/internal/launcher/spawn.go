@@ -95,23 +95,23 @@ func startRank(path string, args, env []string, local int, slot RankSlot, out *r
 }
 
 // wait reaps the process and returns its exit code: the status, or
-// 128+signal for a signal death (the shell's convention).
-func (p *proc) wait() int {
+// 128+signal for a signal death (the shell's convention), with the signal.
+func (p *proc) wait() (int, syscall.Signal) {
 	err := p.cmd.Wait()
 	p.reaped.Store(true)
 	if err == nil {
-		return 0
+		return 0, 0
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
+			return 128 + int(ws.Signal()), ws.Signal()
 		}
 		if c := ee.ExitCode(); c > 0 {
-			return c
+			return c, 0
 		}
 	}
-	return 1
+	return 1, 0
 }
 
 // signal sends sig to the rank's process group (and to the rank itself,
