@@ -161,6 +161,7 @@ func (e *Engine) Abort(reason error) {
 	if e.stopped() != nil {
 		return
 	}
+	e.ctl.aborting.Store(true)
 	if e.mesh != nil {
 		why := reason
 		if f := e.fatal.get(); f != nil {

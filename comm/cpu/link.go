@@ -60,6 +60,10 @@ var errStopped = errors.New("cpu: engine stopped")
 type ctl struct {
 	stop    chan struct{} // closed by Abort/Close
 	stopped atomic.Bool
+	// aborting is set when Abort begins, before it tells the peers and
+	// stops the engine: a connection a peer closes meanwhile is a
+	// consequence of this abort, not its cause (mesh.transportErr).
+	aborting atomic.Bool
 	notify  chan struct{} // cap 1: something arrived on some tcp link
 	// onNotice is called from tcp reader goroutines when peer sends a
 	// notice (failure.go) with its payload; onAck when peer acknowledges

@@ -103,6 +103,13 @@ func (m *mesh) transportErr(peer int, err error) error {
 	if errors.Is(err, errStopped) {
 		return errStopped
 	}
+	if m.ctl.aborting.Load() {
+		// This rank is aborting and peers, told so, may already be gone:
+		// the op fails with the abort once Abort has finished telling
+		// them, not with their EOF.
+		<-m.ctl.stop
+		return errStopped
+	}
 	if f := m.fatal(); f != nil {
 		return f // the failure recorded first (a peer's notice) is the cause
 	}

@@ -10,6 +10,12 @@
 //	                       group (Runtime.RestartGroup), all-reduces on it and
 //	                       on a new group; with SUPERPROG_READY=K it prints a
 //	                       "ready" step after K ops and sleeps 20 ms between ops
+//	                       With SUPERPROG_SELF=R:S:kill or R:S:stop rank R
+//	                       sends itself SIGKILL or SIGSTOP instead of
+//	                       launching op S (the random fault test); with
+//	                       SUPERPROG_FAILEXIT=1 a rank whose op fails exits 1
+//	                       after its "op" line. A failed "op" line carries
+//	                       blame/blame_seq: comm.Blame's rank and seq.
 //	superprog closehung    one all-reduce, a second one left in flight (a
 //	                       hang fault holds it), then Runtime.Close, timed
 //	superprog panic        with SUPERPROG_PANIC=R:S, the first world-group
@@ -34,6 +40,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,7 +61,10 @@ type Result struct {
 	Err   string   `json:"err,omitempty"`
 	Is    []string `json:"is,omitempty"` // sentinels err matches: timeout, remote_abort, transport, engine, aborted, closed, timeout_error
 	MS    float64  `json:"ms"`           // how long the step took
-	At    int64    `json:"at"`           // when it ended (Unix ns)
+	// Blame and BlameSeq: where a failed op's failure started (comm.Blame).
+	Blame    *int   `json:"blame,omitempty"`
+	BlameSeq uint64 `json:"blame_seq,omitempty"`
+	At       int64  `json:"at"` // when it ended (Unix ns)
 }
 
 var rank int
@@ -156,11 +166,22 @@ func ops(ctx context.Context, rt *ranktree.Runtime, n int) {
 	ready, _ := strconv.Atoi(os.Getenv("SUPERPROG_READY"))
 	pg := rt.World()
 	failed := false
+	selfSeq, selfSig := selfFault()
 	for i := 1; i <= n; i++ {
 		start := time.Now()
+		if i == selfSeq {
+			_ = syscall.Kill(os.Getpid(), selfSig)
+			time.Sleep(time.Hour) // SIGSTOP: whoever ends the job kills us
+		}
 		if err := sum(ctx, pg); err != nil {
-			emit(step("op", uint64(i), start, err))
+			r := step("op", uint64(i), start, err)
+			b, bs := comm.Blame(err, rank, pg.Ranks())
+			r.Blame, r.BlameSeq = &b, bs
+			emit(r)
 			failed = true
+			if os.Getenv("SUPERPROG_FAILEXIT") == "1" {
+				os.Exit(1)
+			}
 			break
 		}
 		if i == ready {
@@ -265,4 +286,29 @@ func panicScenario(ctx context.Context, rt *ranktree.Runtime) {
 		r.Epoch = rt.World().Epoch()
 		emit(r)
 	}
+}
+
+// selfFault parses SUPERPROG_SELF ("R:S:kill" or "R:S:stop"): the op at
+// which this rank, if it is R, signals itself, and the signal (0, 0 when
+// unset or another rank's).
+func selfFault() (int, syscall.Signal) {
+	spec := os.Getenv("SUPERPROG_SELF")
+	if spec == "" {
+		return 0, 0
+	}
+	parts := strings.Split(spec, ":")
+	if len(parts) != 3 {
+		parts = []string{"", "", ""}
+	}
+	r, err1 := strconv.Atoi(parts[0])
+	seq, err2 := strconv.Atoi(parts[1])
+	sig := map[string]syscall.Signal{"kill": syscall.SIGKILL, "stop": syscall.SIGSTOP}[parts[2]]
+	if err1 != nil || err2 != nil || seq < 1 || sig == 0 {
+		fmt.Fprintf(os.Stderr, "superprog: bad SUPERPROG_SELF %q (want R:S:kill or R:S:stop)\n", spec)
+		os.Exit(64)
+	}
+	if r != rank {
+		return 0, 0
+	}
+	return seq, sig
 }
