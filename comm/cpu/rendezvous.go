@@ -175,7 +175,10 @@ func (e *Engine) secret(ctx context.Context) ([]byte, error) {
 	}
 	v, err := e.cfg.Store.Get(ctx, secretKey)
 	if err != nil {
-		return nil, fmt.Errorf("cpu: reading the job secret: %w", err)
+		// Group rank 0 writes the secret: if it is not there, that rank
+		// has not reached this group's creation (or died before it).
+		return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: 0,
+			Err: fmt.Errorf("reading the job secret, which rank %d (group rank 0 of %q) creates: %w", e.globalRank(0), e.cfg.Group, err)}
 	}
 	return v, nil
 }
