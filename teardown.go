@@ -74,15 +74,8 @@ func (l *supervisedLauncher) waitInFlight(ctx context.Context, graceEnd time.Tim
 func (l *supervisedLauncher) closeBy(ctx context.Context, graceEnd time.Time) error {
 	l.closeOnce.Do(func() {
 		l.waitInFlight(ctx, graceEnd)
-		if w := l.last.Load(); w != nil && l.sv.Events != nil {
-			// The watchdog publishes completions when its next poll sees
-			// them; let that poll run before the group is taken off it, so
-			// that a short program's last Works still get their events.
-			poll := min(2*l.rt.grp.sup.WatchdogInterval, 300*time.Millisecond)
-			if done := w.Timings().Completed; done.IsZero() || time.Since(done) < poll {
-				time.Sleep(poll)
-			}
-		}
+		// The watchdog publishes the last Works' completions when it
+		// takes the group off (DetachGroup below polls them first).
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeCommBound)
 		defer cancel()
 		l.closeErr = bounded(fmt.Sprintf("closing the communicator of group %q (epoch %d)", l.group, l.epoch),

@@ -324,6 +324,10 @@ func (wd *Watchdog) handle(msg any) {
 			Detail: map[string]string{"comm_id": spec.CommID, "timeout": spec.Timeout.String()}})
 		wd.apply(wd.core.Step(EvAddGroup{Spec: spec}))
 	case DeregisterGroup:
+		// Publish what the group's Works did since the last tick first, so
+		// that Destroy right after the last op loses no Work event and
+		// need not wait for a tick.
+		wd.pollWorks(true)
 		delete(wd.groups, m.Group)
 		for id, w := range wd.works {
 			if w.group == m.Group {
