@@ -73,7 +73,8 @@ type GroupConfig struct {
 	// Rank is this process's group rank, or -1 for a non-member (ops are
 	// then no-ops returning a completed Work, logged as warnings).
 	Rank int
-	// Size is the number of members.
+	// Size is the number of members; -1 (or 0) for a non-member, whose
+	// ProcessGroup.Size is then -1.
 	Size int
 	// GlobalRanks maps group rank to global rank (len Size).
 	GlobalRanks []int
@@ -95,10 +96,14 @@ func (c *GroupConfig) validate() error {
 	if c.Name == "" {
 		return fmt.Errorf("%w: GroupConfig.Name is empty", ErrInvalidArgument)
 	}
-	if c.Size < 1 && !(c.Size == 0 && c.Rank == -1) {
-		return fmt.Errorf("%w: group %q: GroupConfig.Size %d, expected at least 1 (0 only for a non-member)", ErrInvalidArgument, c.Name, c.Size)
+	// A non-member's view (Rank -1) has Size -1, as torch's
+	// get_world_size on a non-member; its GlobalRanks, if given, are the
+	// members' (0 is accepted as a Size too).
+	nonMember := c.Rank == -1 && c.Size <= 0
+	if c.Size < 1 && !nonMember {
+		return fmt.Errorf("%w: group %q: GroupConfig.Size %d, expected at least 1 (-1 or 0 only for a non-member)", ErrInvalidArgument, c.Name, c.Size)
 	}
-	if c.Rank < -1 || c.Rank >= c.Size {
+	if c.Rank < -1 || (!nonMember && c.Rank >= c.Size) {
 		return fmt.Errorf("%w: group %q: GroupConfig.Rank %d out of range [-1, %d)", ErrInvalidArgument, c.Name, c.Rank, c.Size)
 	}
 	if c.GlobalRanks == nil && c.Size > 0 {
@@ -107,7 +112,9 @@ func (c *GroupConfig) validate() error {
 			c.GlobalRanks[i] = i
 		}
 	}
-	if len(c.GlobalRanks) != c.Size {
+	if nonMember {
+		c.Size = -1
+	} else if len(c.GlobalRanks) != c.Size {
 		return fmt.Errorf("%w: group %q: %d GlobalRanks for Size %d", ErrInvalidArgument, c.Name, len(c.GlobalRanks), c.Size)
 	}
 	seen := make(map[int]bool, c.Size)
@@ -167,7 +174,7 @@ func NewProcessGroup(cfg GroupConfig) (*ProcessGroup, error) {
 		rank:     cfg.Rank,
 		size:     cfg.Size,
 		global:   append([]int(nil), cfg.GlobalRanks...),
-		toGroup:  make(map[int]int, cfg.Size),
+		toGroup:  make(map[int]int, len(cfg.GlobalRanks)),
 		launcher: cfg.Launcher,
 		engine:   cfg.Engine,
 		device:   cfg.Engine == "nccl",
@@ -191,7 +198,9 @@ func (pg *ProcessGroup) Epoch() uint32 { return pg.epoch }
 // (torch.distributed.get_rank(group) returns -1 likewise).
 func (pg *ProcessGroup) Rank() int { return pg.rank }
 
-// Size is the number of members (torch get_world_size(group)).
+// Size is the number of members (torch get_world_size(group)), or -1 if
+// this process is not a member, from NewGroup and Split alike (torch
+// returns -1 for a non-member too).
 func (pg *ProcessGroup) Size() int { return pg.size }
 
 // Ranks returns the members' global ranks in group-rank order (a copy).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -36,7 +37,7 @@ func (pg *ProcessGroup) nextChild() int {
 // nonMember builds the Rank -1 view of a group this process is not in.
 func (pg *ProcessGroup) nonMember(name string, global []int, timeout time.Duration) (*ProcessGroup, error) {
 	return NewProcessGroup(GroupConfig{
-		Name: name, Epoch: pg.epoch, Rank: -1, Size: len(global), GlobalRanks: global,
+		Name: name, Epoch: pg.epoch, Rank: -1, Size: -1, GlobalRanks: global,
 		Timeout: timeout, Log: pg.log,
 	})
 }
@@ -45,9 +46,18 @@ func (pg *ProcessGroup) nonMember(name string, global []int, timeout time.Durati
 // all be members of pg; group ranks follow the sorted global ranks (torch
 // new_group). Every member of pg must call NewGroup, with the same ranks,
 // in the same order relative to its other NewGroup and Split calls. A
-// caller not in ranks gets a group with Rank -1 whose ops do nothing. The
-// communicator is created by the GroupFactory; this blocks until every new
-// member has connected. Bad ranks give an error wrapping ErrInvalidArgument.
+// caller not in ranks gets a group with Rank -1 and Size -1 whose ops do
+// nothing. The communicator is created by the GroupFactory; this blocks
+// until every new member has connected.
+//
+// Before anything else the members of pg exchange their (name, ranks)
+// over pg (two small all-gathers; torch new_group's store barrier plays
+// that part): if any two differ, every member fails with a
+// *NewGroupMismatchError (errors.Is ErrMismatch) naming the lists and who
+// passed them; if they agree, bad ranks give every member the same error
+// wrapping ErrInvalidArgument. A member that never calls NewGroup makes
+// the others fail at the timeout (a *TimeoutError naming it). On a device
+// (NCCL) parent the exchange is not built yet and is skipped.
 func (pg *ProcessGroup) NewGroup(ctx context.Context, ranks []int, opts ...GroupOption) (*ProcessGroup, error) {
 	if pg.closed.Load() {
 		return nil, fmt.Errorf("%w: NewGroup on group %q after Destroy", ErrClosed, pg.name)
@@ -59,11 +69,24 @@ func (pg *ProcessGroup) NewGroup(ctx context.Context, ranks []int, opts ...Group
 		}
 	}
 	n := pg.nextChild()
+	sorted := slices.Clone(ranks)
+	slices.Sort(sorted)
+	name := o.name
+	if name == "" {
+		name = fmt.Sprintf("%s.%d", pg.name, n)
+	}
+	if pg.rank >= 0 {
+		// Every member checks every other's call before anything is
+		// validated or connected, so that differing lists (or one bad
+		// list) fail every member alike instead of handing some of them
+		// a group whose peers never come.
+		if err := pg.agreeNewGroup(ctx, name, sorted); err != nil {
+			return nil, err
+		}
+	}
 	if len(ranks) == 0 {
 		return nil, fmt.Errorf("%w: NewGroup on group %q: empty rank list", ErrInvalidArgument, pg.name)
 	}
-	sorted := slices.Clone(ranks)
-	slices.Sort(sorted)
 	for i, g := range sorted {
 		if i > 0 && sorted[i-1] == g {
 			return nil, fmt.Errorf("%w: NewGroup on group %q: rank %d appears twice in %v", ErrInvalidArgument, pg.name, g, ranks)
@@ -71,10 +94,6 @@ func (pg *ProcessGroup) NewGroup(ctx context.Context, ranks []int, opts ...Group
 		if _, ok := pg.toGroup[g]; !ok {
 			return nil, fmt.Errorf("%w: NewGroup on group %q: global rank %d is not a member (members %v)", ErrInvalidArgument, pg.name, g, pg.global)
 		}
-	}
-	name := o.name
-	if name == "" {
-		name = fmt.Sprintf("%s.%d", pg.name, n)
 	}
 	if pg.rank < 0 {
 		return pg.nonMember(name, sorted, o.timeout)
@@ -101,7 +120,7 @@ func (pg *ProcessGroup) create(ctx context.Context, spec GroupSpec) (*ProcessGro
 // Split partitions pg by color (ncclCommSplit, torch split_group): the
 // members that pass the same color >= 0 form a new group, ordered by key
 // and then by their rank in pg. A member passing a negative color joins no
-// group and gets a group with Rank -1 and Size 0. Every member of pg must
+// group and gets a group with Rank -1 and Size -1. Every member of pg must
 // call Split (it all-gathers the colors and keys over pg, using one
 // collective sequence number). Groups are named "<parent>.<n>.c<color>".
 func (pg *ProcessGroup) Split(ctx context.Context, color, key int) (*ProcessGroup, error) {
@@ -144,3 +163,67 @@ func (pg *ProcessGroup) Split(ctx context.Context, color, key int) (*ProcessGrou
 	spec := GroupSpec{Name: fmt.Sprintf("%s.%d.c%d", pg.name, n, color), Parent: pg.name, GlobalRanks: global, Rank: self, Timeout: pg.Timeout()}
 	return pg.create(ctx, spec)
 }
+
+// agreeNewGroup exchanges this member's (name, sorted ranks) for NewGroup
+// with every member of pg and fails, identically on every member, if they
+// differ. Device (NCCL) parents have no host collectives; there it checks
+// nothing.
+func (pg *ProcessGroup) agreeNewGroup(ctx context.Context, name string, sorted []int) error {
+	if pg.device {
+		return nil
+	}
+	mine := fmt.Sprintf("%q %v", name, sorted)
+	all, err := pg.AllGatherBytes(ctx, []byte(mine))
+	if err != nil {
+		return fmt.Errorf("NewGroup %q on group %q: exchanging member lists: %w", name, pg.name, err)
+	}
+	same := true
+	for _, b := range all {
+		same = same && string(b) == mine
+	}
+	if same {
+		return nil
+	}
+	e := &NewGroupMismatchError{Group: pg.name}
+	for r, b := range all {
+		i := slices.IndexFunc(e.Calls, func(c NewGroupCall) bool { return c.Args == string(b) })
+		if i < 0 {
+			e.Calls = append(e.Calls, NewGroupCall{Args: string(b)})
+			i = len(e.Calls) - 1
+		}
+		e.Calls[i].Ranks = append(e.Calls[i].Ranks, r)
+	}
+	return e
+}
+
+// NewGroupMismatchError is returned by NewGroup, on every member of the
+// parent group, when the members passed different rank lists or group
+// names. It unwraps to ErrMismatch. Recoverable: call NewGroup again with
+// one list everywhere.
+type NewGroupMismatchError struct {
+	Group string         // the parent group
+	Calls []NewGroupCall // the distinct calls, in order of the lowest rank that made each
+}
+
+// NewGroupCall is one distinct NewGroup call seen by NewGroupMismatchError.
+type NewGroupCall struct {
+	Ranks []int  // the parent group ranks that made this call
+	Args  string // the group name (quoted) and the sorted rank list passed
+}
+
+// Error implements error, naming every list and who passed it, e.g.
+// `comm: NewGroup mismatch on group "default_pg": ranks [0] passed "x" [0 1]; ranks [1 2] passed "x" [0 1 2]`.
+func (e *NewGroupMismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "comm: NewGroup mismatch on group %q: ", e.Group)
+	for i, c := range e.Calls {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "ranks %v passed %s", c.Ranks, c.Args)
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrMismatch.
+func (e *NewGroupMismatchError) Unwrap() error { return ErrMismatch }

@@ -38,6 +38,7 @@ type Engine struct {
 
 	fatal  fatalBox      // first fatal error (mismatch, transport, notice)
 	curSeq atomic.Uint64 // seq of the collective the stream runs or ran last
+	opSeq  atomic.Uint64 // seq of the collective the stream runs, or opP2P
 	acks   chan struct{} // peers' acknowledgements of our notices (failure.go)
 	// peerClosed[p] is set when peer p told us it destroyed the group.
 	peerClosed []atomic.Pointer[error]
@@ -98,7 +99,8 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	e.peerClosed = make([]atomic.Pointer[error], cfg.Size)
 	e.ctl.onNotice = e.onNotice
 	e.ctl.onAck = e.onAck
-	e.ctl.fatal = e.fatal.get
+	e.opSeq.Store(opP2P)
+	e.ctl.fatal = e.fatalNow
 	var links []link
 	var err error
 	if opts.Transport == TransportInmem {
@@ -113,7 +115,8 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	}
 	e.links = links
 	e.mesh = newMesh(cfg.Rank, cfg.Size, links, e.ctl)
-	e.mesh.fatal = e.fatal.get
+	e.mesh.fatal = e.fatalNow
+	e.mesh.cause = e.fatal.get
 	e.mesh.closed = e.peerClosedErr
 	e.mesh.late = e.lateNotice
 	e.mesh.mismatch = e.mismatch
@@ -302,12 +305,18 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 	if err := e.stopped(); err != nil {
 		return err
 	}
-	if err := e.fatal.get(); err != nil {
+	seq := opP2P
+	if !comm.UsesP2PSeq(op) {
+		seq = op.FP.Seq
+	}
+	if err := e.fatal.forSeq(seq); err != nil {
 		return err
 	}
-	if !comm.UsesP2PSeq(op) {
-		e.curSeq.Store(op.FP.Seq)
+	if seq != opP2P {
+		e.curSeq.Store(seq)
 	}
+	e.opSeq.Store(seq)
+	defer e.opSeq.Store(opP2P)
 	if err := e.injectFault(op); err != nil {
 		if errors.Is(err, comm.ErrEngine) {
 			e.broke(err)
@@ -323,7 +332,7 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 		// An abort is final: an op that ends after a peer's abort notice
 		// (or our own failure) arrived does not succeed, even if it got
 		// every byte it needed.
-		if f := e.fatal.get(); f != nil {
+		if f := e.fatal.forSeq(seq); f != nil {
 			return f
 		}
 		if s := e.stopped(); s != nil {
@@ -357,6 +366,10 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 	// engine error naming the op.
 	return &comm.EngineError{Engine: "cpu", Rank: e.cfg.Rank, FP: op.FP, Msg: err.Error()}
 }
+
+// fatalNow is the recorded fatal error if it concerns the op the stream
+// runs (fatalBox.forSeq), for the transports' and the mesh's waits.
+func (e *Engine) fatalNow() error { return e.fatal.forSeq(e.opSeq.Load()) }
 
 // execSafe executes op and flushes its sends. A panic (a bug, or buffers
 // that do not match the op's counts) becomes an *comm.EngineError instead

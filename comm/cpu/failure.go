@@ -251,12 +251,12 @@ func (e *Engine) onNotice(peer int, payload []byte, ack func()) {
 		if m := n.Mismatch; m != nil {
 			err = &comm.MismatchError{LocalRank: m.LocalRank, RemoteRank: m.RemoteRank, Local: m.Local, Remote: m.Remote, Detail: m.Detail}
 		}
-		if e.fatal.set(err) {
+		if e.fatal.set(err, n.Seq) {
 			e.log.Error().Err(err).Int("peer", peer).Msg("cpu engine: a peer reported a collective mismatch")
 		}
 	default:
 		err := &comm.RemoteAbortError{Rank: n.Origin, Seq: n.Seq, Relay: relay, Reason: n.Reason}
-		if e.fatal.set(err) {
+		if e.fatal.set(err, n.Seq) {
 			e.log.Error().Err(err).Int("peer", peer).Msg("cpu engine: a peer aborted the communicator")
 		}
 	}
@@ -295,7 +295,7 @@ func (e *Engine) peerClosedErr(peer int) error {
 // engine's fatal error and tells every peer. It reports whether err is now
 // the fatal error (false if an earlier one was recorded).
 func (e *Engine) broke(err error) bool {
-	if !e.fatal.set(err) {
+	if !e.fatal.set(err, e.failSeq(err)) {
 		return false
 	}
 	var ra *comm.RemoteAbortError
@@ -303,4 +303,13 @@ func (e *Engine) broke(err error) bool {
 		e.tell(e.noticeFor(noticeAbort, err)) // no ack: this never waits
 	}
 	return true
+}
+
+// failSeq is the collective seq where err, which broke this engine, started:
+// the seq it blames, else the op this engine runs or ran last.
+func (e *Engine) failSeq(err error) uint64 {
+	if _, seq := comm.Blame(err, e.globalRank(e.cfg.Rank), e.members()); seq != 0 {
+		return seq
+	}
+	return e.curSeq.Load()
 }

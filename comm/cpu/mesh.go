@@ -63,8 +63,10 @@ type mesh struct {
 	anyNext    int // rotates the first peer an any-source Recv polls
 
 	// fatal returns the engine's recorded error (a notice from a peer, a
-	// dead connection) so that waits end promptly.
-	fatal func() error
+	// dead connection) if it concerns the running op, so that waits end
+	// promptly; cause returns it whatever op it struck, to name the cause
+	// of a broken read.
+	fatal, cause func() error
 	// closed returns the error recorded when peer told us it destroyed
 	// the group (failure.go), or nil.
 	closed func(peer int) error
@@ -88,6 +90,7 @@ func newMesh(rank, size int, links []link, c *ctl) *mesh {
 		}
 	}
 	m.fatal = func() error { return nil }
+	m.cause = m.fatal
 	m.closed = func(int) error { return nil }
 	m.late = func(int) error { return nil }
 	return m
@@ -110,7 +113,7 @@ func (m *mesh) transportErr(peer int, err error) error {
 		<-m.ctl.stop
 		return errStopped
 	}
-	if f := m.fatal(); f != nil {
+	if f := m.cause(); f != nil {
 		return f // the failure recorded first (a peer's notice) is the cause
 	}
 	if errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrEngine) || errors.Is(err, comm.ErrRemoteAbort) {
@@ -311,17 +314,44 @@ func (m *mesh) recvColl(peer, step, n int, s sink) error {
 	}
 }
 
-// fatalBox holds an engine's first fatal error.
-type fatalBox struct{ p atomic.Pointer[error] }
+// fatalBox holds an engine's first fatal error and the collective seq it
+// struck at.
+type fatalBox struct{ p atomic.Pointer[fatalRec] }
 
-func (f *fatalBox) set(err error) bool { return f.p.CompareAndSwap(nil, &err) }
+type fatalRec struct {
+	err error
+	seq uint64 // the collective seq where the failure started (0: every op)
+}
 
+// set records err, which struck at collective seq; false if an earlier
+// error is recorded.
+func (f *fatalBox) set(err error, seq uint64) bool {
+	return f.p.CompareAndSwap(nil, &fatalRec{err: err, seq: seq})
+}
+
+// get returns the recorded error, or nil.
 func (f *fatalBox) get() error {
 	if p := f.p.Load(); p != nil {
-		return *p
+		return p.err
 	}
 	return nil
 }
+
+// forSeq returns the recorded error if it concerns the op at collective
+// seq (opP2P: a point-to-point op, which every failure concerns), or nil:
+// a failure that started at seq S does not fail an op of a seq before S on
+// its own, since every member that reached S had finished that op's part
+// (docs/semantics.md, "An abort is final"). Such an op still fails if its
+// own reads break.
+func (f *fatalBox) forSeq(seq uint64) error {
+	if p := f.p.Load(); p != nil && (seq >= p.seq || seq == opP2P) {
+		return p.err
+	}
+	return nil
+}
+
+// opP2P is Engine.opSeq while a point-to-point op (or nothing) runs.
+const opP2P = ^uint64(0)
 
 // stepName names an algorithm step for mismatch messages.
 func stepName(step int) string {

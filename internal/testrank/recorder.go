@@ -12,7 +12,8 @@ import (
 
 // Recorder is a comm.Backend that records every op launched on it and, by
 // default, completes it at once with success (a Recv from AnySource reports
-// source 0, or 1 on rank 0). With Hold set, Works stay in flight until
+// source 0, or 1 on rank 0; an all-gather fills every rank's part of the
+// output with this rank's input, as if every rank had passed the same). With Hold set, Works stay in flight until
 // Release, Abort or Close. Safe for concurrent use.
 type Recorder struct {
 	rank, size int
@@ -62,6 +63,9 @@ func (r *Recorder) Launch(op *comm.Op, w *comm.Work) {
 		r.held = append(r.held, w)
 	}
 	r.mu.Unlock()
+	if op.Type == comm.OpAllGather || op.Type == comm.OpAllGatherV {
+		echoGather(op, r.size) // before the hook, which may overwrite it
+	}
 	if hook != nil {
 		hook(op, w)
 	}
@@ -146,4 +150,26 @@ func (r *Recorder) Reset() {
 	r.mu.Lock()
 	r.ops = nil
 	r.mu.Unlock()
+}
+
+// echoGather copies a host all-gather's input into every rank's part of
+// its output.
+func echoGather(op *comm.Op, size int) {
+	if len(op.In) != 1 || !op.In[0].IsHost() {
+		return
+	}
+	in := op.In[0].Bytes()
+	for i := range size {
+		var c comm.Buffer
+		if len(op.Out) > 1 {
+			c = op.Out[i]
+		} else if len(op.Out) == 1 && op.RecvCounts != nil {
+			c = comm.Chunk(op.Out, i, op.RecvCounts, 0)
+		} else if len(op.Out) == 1 && op.Out[0].Len() == size*op.In[0].Len() {
+			c = comm.Chunk(op.Out, i, nil, op.In[0].Len())
+		}
+		if c.IsHost() && c.NumBytes() == len(in) {
+			copy(c.Bytes(), in)
+		}
+	}
 }

@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,7 +33,8 @@ type EmbeddedOptions struct {
 // storage) so a single-node job needs nothing installed; rankrunner and
 // tests use it. It returns the client URL ("nats://host:port") and a
 // shutdown function that stops the server, waits for it and removes a temp
-// store dir. Restarting with the same Port and StoreDir keeps the KV data.
+// store dir. A temp store dir left by a process that died without its
+// shutdown (kill -9) is removed by the next StartEmbedded on the machine. Restarting with the same Port and StoreDir keeps the KV data.
 // The server also runs the add service (ServeAdds) on an in-process
 // connection, as torchrun's agent hosts the TCPStore server.
 func StartEmbedded(opts EmbeddedOptions) (url string, shutdown func(), err error) {
@@ -44,7 +49,8 @@ func StartEmbedded(opts EmbeddedOptions) (url string, shutdown func(), err error
 	}
 	dir, tmp := opts.StoreDir, false
 	if dir == "" {
-		if dir, err = os.MkdirTemp("", "ranktree-nats-*"); err != nil {
+		removeStaleStoreDirs(os.TempDir(), opts.Log)
+		if dir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-*", tempDirPrefix, os.Getpid())); err != nil {
 			return "", nil, fmt.Errorf("natsstore: embedded server: %w", err)
 		}
 		tmp = true
@@ -141,4 +147,37 @@ func (l *serverLog) Debugf(format string, v ...any) {
 }
 func (l *serverLog) Tracef(format string, v ...any) {
 	l.log.Trace().Str("component", "nats-server").Msgf(format, v...)
+}
+
+// tempDirPrefix starts the name of a temp store dir; the creating
+// process's PID follows ("ranktree-nats-<pid>-<random>").
+const tempDirPrefix = "ranktree-nats-"
+
+// removeStaleStoreDirs removes the temp store dirs under tmp whose creating
+// process is gone (a rankrunner killed by SIGKILL cannot remove its own),
+// so that no job leaves more than its own run's dir behind. Dirs of live
+// processes, and names it does not recognise, are kept.
+func removeStaleStoreDirs(tmp string, log zerolog.Logger) {
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), tempDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			continue // alive (or not ours to judge)
+		}
+		path := filepath.Join(tmp, e.Name())
+		if err := os.RemoveAll(path); err == nil {
+			log.Info().Str("dir", path).Int("pid", pid).Msg("removed the store dir of an embedded NATS server whose process is gone")
+		}
+	}
 }
