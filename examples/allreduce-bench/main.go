@@ -17,7 +17,10 @@
 //
 // Before the first size every rank runs one float32 sum allreduce of
 // --warmup-bytes (default 8 MiB), one lap of the shm rings, so that no
-// size is timed while it first touches ring pages.
+// size is timed while it first touches ring pages; then, for --warmup-time
+// (default 500 ms), 4-byte allreduces, because the first ~200 ms after
+// ranktree.Init show millisecond stalls that a steady-state figure must not
+// include.
 //
 // Flags:
 //
@@ -28,6 +31,8 @@
 //	--iters       timed iterations per size (default 20)
 //	--warmup      untimed iterations per size (default 5)
 //	--warmup-bytes  size of the one ring-lap allreduce before the sweep (default 8MiB; 0: none)
+//	--warmup-time   then 4-byte allreduces for this long, past the stalls of the first
+//	                moments after Init (default 500ms; 0: none)
 //	--root        broadcast root (default 0)
 //	--transport   auto | shm | tcp: the CPU engine's transport, passed to
 //	              ranktree.Init as RANKTREE_TRANSPORT (default: that variable, else auto)

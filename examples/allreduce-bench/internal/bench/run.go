@@ -48,6 +48,13 @@ type Config struct {
 	// S bytes over each link) has been touched before anything is timed
 	// and no size pays first-touch page faults. 0: 8 MiB; negative: none.
 	WarmupBytes int64
+	// WarmupTime is how long every rank keeps issuing 4-byte allreduces
+	// (in batches of 100, the ranks agreeing after each batch whether to go
+	// on) before the first size, after the WarmupBytes allreduce: the
+	// first ~200 ms after ranktree.Init show millisecond stalls (Init's
+	// background work settling) that a benchmark of the steady state must
+	// not time. 0: 500 ms; negative: none.
+	WarmupTime time.Duration
 	// Placement, if set, is called on every rank after each timed
 	// iteration and returns the CPU the caller runs on (-1 if unknown).
 	// nil: CurrentCPU.
@@ -100,6 +107,9 @@ func (c *Config) validate(n int) error {
 	if c.Placement == nil {
 		c.Placement = CurrentCPU
 	}
+	if c.WarmupTime == 0 {
+		c.WarmupTime = 500 * time.Millisecond
+	}
 	return nil
 }
 
@@ -128,6 +138,11 @@ func Run(ctx context.Context, g Group, cfg Config, emit func(Result) error) erro
 		lap := comm.NewHostBuffer(comm.Float32, int(cfg.WarmupBytes/4))
 		if err := g.AllReduce(ctx, lap, comm.Sum).Wait(ctx); err != nil {
 			return fmt.Errorf("bench: warm-up allreduce of %s (one lap of the rings) on rank %d: %w", FormatSize(cfg.WarmupBytes), g.Rank(), err)
+		}
+	}
+	if cfg.WarmupTime > 0 && g.Size() > 1 {
+		if err := warmFor(ctx, g, &cfg); err != nil {
+			return fmt.Errorf("bench: warm-up for %v on rank %d: %w", cfg.WarmupTime, g.Rank(), err)
 		}
 	}
 	for _, size := range cfg.Sizes {
@@ -203,4 +218,31 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 	r.MeanUs, r.P50Us, r.P90Us = Summarize(times)
 	r.Placement = NewPlacement(cpus, n, cfg.Iters)
 	return r, nil
+}
+
+// warmFor issues batches of 100 4-byte float32 sum allreduces until every
+// rank has spent cfg.WarmupTime in it: after each batch a Max allreduce of
+// "still warming" flags makes every rank stop after the same batch, so all
+// ranks issue the same ops.
+func warmFor(ctx context.Context, g Group, cfg *Config) error {
+	one := comm.NewHostBuffer(comm.Float32, 1)
+	flag := make([]float32, 1)
+	start := cfg.Now()
+	for {
+		for i := 0; i < 100; i++ {
+			if err := g.AllReduce(ctx, one, comm.Sum).Wait(ctx); err != nil {
+				return err
+			}
+		}
+		flag[0] = 0
+		if cfg.Now().Sub(start) < cfg.WarmupTime {
+			flag[0] = 1
+		}
+		if err := g.AllReduce(ctx, comm.HostBuffer(flag), comm.Max).Wait(ctx); err != nil {
+			return err
+		}
+		if flag[0] == 0 {
+			return nil
+		}
+	}
 }
