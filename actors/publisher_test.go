@@ -3,6 +3,7 @@ package actors
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/ranktree/ranktree/store/natsstore"
 	"io"
 	"log/slog"
@@ -360,5 +361,50 @@ func TestPublisherBatchesOnTimer(t *testing.T) {
 	}
 	if _, evs := rec2.events(); len(evs) != 4 || evs[3].Seq != 2 || evs[3].State != StateCompleted {
 		t.Fatalf("Close did not publish the queued events: %+v", evs)
+	}
+}
+
+// TestPublisherSamplesWorkEvents: beyond WorkEventRate per second,
+// successful Work events are left out and counted; failed, erroring and
+// slow ones, and other kinds, always go out; the budget refills with time.
+func TestPublisherSamplesWorkEvents(t *testing.T) {
+	rec := &recordingPublisher{}
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	p := newTestPublisher(t, rec, PublisherConfig{Job: "j", WorkEventRate: 4, SlowOp: time.Second, Now: clock})
+	ok := func(seq uint64) Event {
+		return Event{Kind: KindWork, Seq: seq, Op: "ALLREDUCE", State: StateCompleted, DurUS: 3}
+	}
+	for s := uint64(1); s <= 10; s++ {
+		p.Emit(ok(s)) // 1..4 fit the budget, 5..10 are sampled out
+	}
+	p.Emit(Event{Kind: KindWork, Seq: 11, State: StateFailed, Error: "comm: timeout"})
+	p.Emit(Event{Kind: KindWork, Seq: 12, State: StateCompleted, DurUS: 2e6}) // slow
+	p.Emit(Event{Kind: KindCommInit, Group: "g"})
+	mu.Lock()
+	now = now.Add(500 * time.Millisecond) // refills 2 tokens
+	mu.Unlock()
+	for s := uint64(13); s <= 16; s++ {
+		p.Emit(ok(s)) // 13, 14 go out
+	}
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, evs := rec.events()
+	var got []uint64
+	kinds := 0
+	for _, ev := range evs {
+		if ev.Kind == KindWork {
+			got = append(got, ev.Seq)
+		} else {
+			kinds++
+		}
+	}
+	if want := []uint64{1, 2, 3, 4, 11, 12, 13, 14}; fmt.Sprint(got) != fmt.Sprint(want) || kinds != 1 {
+		t.Errorf("published work seqs %v and %d other events, want %v and 1", got, kinds, want)
+	}
+	if p.Sampled() != 8 || p.Dropped() != 0 {
+		t.Errorf("sampled %d dropped %d, want 8 and 0", p.Sampled(), p.Dropped())
 	}
 }

@@ -1,39 +1,51 @@
 #!/usr/bin/env bash
 # bench-compare.sh: ranktree's CPU allreduce side by side with Gloo and Open MPI.
 #
-# Measures, in one run on this machine, 2 ranks, float32 sum (issue 3,
-# "Performance goals"; the table in docs/benchmarks.md comes from it):
-#   ranktree  examples/allreduce-bench under cmd/rankrunner, --transport shm and tcp
-#   gloo      torch.distributed, backend gloo, tcp:// store on 127.0.0.1 (scripts/bench/gloo_allreduce.py)
-#   openmpi   mpi4py Allreduce on numpy buffers under mpirun, default BTLs (shared memory)
-#             (scripts/bench/mpi_allreduce.py)
-#   launch    go test -run '^$' -bench Launch ./actors/ (actor launch overhead)
-#   baseline  memcpy and one loopback TCP stream of LARGE bytes, before and after
-#             the peers (scripts/bench/baseline.py), to show what the load left
+# A full sweep, in one run on this machine: float32 sum allreduce at every
+# size of SIZES (default 4 B..64 MiB, doubling) and every world size of
+# WORLDS (default 2, 3 and 4 ranks), for (issue 15; the tables in
+# docs/benchmarks.md come from it):
+#   ranktree       examples/allreduce-bench under cmd/rankrunner, --transport shm and tcp
+#   ranktree-base  the same, built from git revision BASE_REV (only when BASE_REV
+#                  is set): a before/after comparison measured side by side
+#   gloo           torch.distributed, backend gloo, tcp:// store on 127.0.0.1 (scripts/bench/gloo_allreduce.py)
+#   openmpi        mpi4py Allreduce on numpy buffers under mpirun, default BTLs (shared memory)
+#                  (scripts/bench/mpi_allreduce.py)
+#   launch         go test -bench Launch ./actors/ (actor launch overhead; LAUNCH_BENCH=1)
+#   baseline       memcpy and one loopback TCP stream of the largest size, before and
+#                  after the peers (scripts/bench/baseline.py), to show what the load left
 # Every peer is timed the same way as allreduce-bench: warm-up, barrier, timed
-# in-place allreduces, slowest rank per iteration (Max allreduce), median.
-# Peers run round-robin ROUNDS times; the figure is the median over rounds.
-# The ratios use the better of a peer's rows (e.g. Open MPI bound and unbound).
+# in-place allreduces, slowest rank per iteration (Max allreduce); each
+# record has the mean (mean_us, what Open MPI's scripts report, tails
+# included), median (time_us, p50_us) and p90 (p90_us) of those times;
+# ranktree's also has the CPU each rank ran on (placement). The peers run
+# round-robin, ROUNDS times, for each world size in turn; the summary gives
+# per size the median over rounds of the per-round mean, the best round,
+# and ranktree / Open MPI. uptime is recorded before and after.
 #
 # Usage: scripts/bench-compare.sh [OUTDIR]
 #   OUTDIR defaults to ${TMPDIR:-/tmp}/ranktree-bench-<UTC time>. It receives
 #   results.md, results.json, meta.json, raw/records.jsonl (one JSON record
-#   per peer, transport, size and round), raw/baseline.jsonl, raw/launch.txt
-#   and raw/*.log.
+#   per peer, transport, world, size and round), raw/baseline.jsonl,
+#   raw/launch.txt and raw/*.log.
 #
 # Environment (defaults in brackets):
 #   PY            python with torch, mpi4py, numpy [/usr/bin/python3: Debian's,
 #                 not a pyenv/venv python, which lacks python3-torch]
-#   ROUNDS [3]    SMALL [4] LARGE [64MiB]   TRANSPORTS ["shm tcp"]
-#   ITERS_SMALL [1000] WARMUP_SMALL [100] ITERS_LARGE [20] WARMUP_LARGE [3]
-#   PEERS ["ranktree gloo openmpi"]   LAUNCH_BENCH [1: run the actors benchmark]
-#   LAUNCH_COUNT [3]                  NO_INSTALL [unset: apt-get install what is missing]
-#   MPI_BINDS ["default none"]: one Open MPI run per entry, "default" with
+#   SIZES ["4..64MiB"]  comma-separated sizes, "A..B" doubling
+#   WORLDS ["2 3 4"]    ROUNDS [3]   TRANSPORTS ["shm tcp"]
+#   ITERS_SMALL [1000] WARMUP_SMALL [100]: sizes below 1 MiB
+#   ITERS_LARGE [20] WARMUP_LARGE [3]: sizes from 1 MiB
+#   PEERS ["ranktree gloo openmpi"]   BASE_REV [unset]: adds ranktree-base
+#   LAUNCH_BENCH [0: skip the actors benchmark]  LAUNCH_COUNT [3]
+#   NO_INSTALL [unset: apt-get install what is missing]
+#   MPI_BINDS ["default"]: one Open MPI run per entry, "default" with
 #                 mpirun's own binding (a core per rank), others as --bind-to X
+#   NOTES: free text for meta.json (what else ran on the machine)
 #
 # Missing peers are installed with apt-get (python3-torch, openmpi-bin,
-# python3-mpi4py; root or sudo needed). Not part of CI: it takes a few
-# minutes and its figures depend on the machine and its load.
+# python3-mpi4py; root or sudo needed). Not part of CI: a full sweep takes
+# tens of minutes and its figures depend on the machine and its load.
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1 # keep scripts/bench free of __pycache__
 
@@ -41,20 +53,20 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH="$ROOT/scripts/bench"
 OUT=${1:-${TMPDIR:-/tmp}/ranktree-bench-$(date -u +%Y%m%dT%H%M%SZ)}
 PY=${PY:-/usr/bin/python3}
-NPROC=2
 ROUNDS=${ROUNDS:-3}
-SMALL=${SMALL:-4}
-LARGE=${LARGE:-64MiB}
+SIZES=${SIZES:-4..64MiB}
+WORLDS=${WORLDS:-2 3 4}
 TRANSPORTS=${TRANSPORTS:-shm tcp}
+BASE_REV=${BASE_REV:-}
 PEERS=${PEERS:-ranktree gloo openmpi}
 ITERS_SMALL=${ITERS_SMALL:-1000}
 WARMUP_SMALL=${WARMUP_SMALL:-100}
 ITERS_LARGE=${ITERS_LARGE:-20}
 WARMUP_LARGE=${WARMUP_LARGE:-3}
-LAUNCH_BENCH=${LAUNCH_BENCH:-1}
+LAUNCH_BENCH=${LAUNCH_BENCH:-0}
 LAUNCH_COUNT=${LAUNCH_COUNT:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
-MPI_BINDS=${MPI_BINDS:-default none}
+MPI_BINDS=${MPI_BINDS:-default}
 
 log() { printf '[bench-compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -80,37 +92,46 @@ install_peers() {
 	fi
 }
 
-# record PEER TRANSPORT ROUND LOG: appends LOG's rank-0 JSON records, tagged.
+# record PEER TRANSPORT ROUND LOG: appends LOG's rank-0 JSON records, tagged
+# with the peer, transport, round and world size.
 record() {
-	if ! "$PY" "$BENCH/tag.py" --set "peer=$1" --set "transport=$2" --set "round=$3" \
+	if ! "$PY" "$BENCH/tag.py" --set "peer=$1" --set "transport=$2" --set "round=$3" --set "world=$NPROC" \
 		<"$4" >>"$OUT/raw/records.jsonl"; then
 		log "no results from $1/$2 round $3; see $4"
 		tail -5 "$4" >&2 || true
 	fi
 }
 
-run_ranktree() { # ROUND
+# ranktree_with NAME BINDIR ROUND: allreduce-bench from BINDIR, every transport.
+ranktree_with() {
 	local tr
 	for tr in $TRANSPORTS; do
-		local lg="$OUT/raw/ranktree-$tr-r$1.log"
+		local lg="$OUT/raw/$1-$tr-w$NPROC-r$3.log"
 		: >"$lg"
-		log "ranktree $tr, round $1"
-		timeout "$RUN_TIMEOUT" "$OUT/bin/rankrunner" --nproc-per-node "$NPROC" "$OUT/bin/allreduce-bench" \
-			--collective allreduce --op sum --dtype float32 --sizes "$SMALL" \
-			--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" --json >>"$lg" 2>&1 || true
-		timeout "$RUN_TIMEOUT" "$OUT/bin/rankrunner" --nproc-per-node "$NPROC" "$OUT/bin/allreduce-bench" \
-			--collective allreduce --op sum --dtype float32 --sizes "$LARGE" \
-			--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" --json >>"$lg" 2>&1 || true
-		record ranktree "$tr" "$1" "$lg"
+		log "$1 $tr, $NPROC ranks, round $3"
+		if [ -n "$SMALL_SIZES" ]; then
+			timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
+				--collective allreduce --op sum --dtype float32 --sizes "$SMALL_SIZES" \
+				--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" --json >>"$lg" 2>&1 || true
+		fi
+		if [ -n "$LARGE_SIZES" ]; then
+			timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
+				--collective allreduce --op sum --dtype float32 --sizes "$LARGE_SIZES" \
+				--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" --json >>"$lg" 2>&1 || true
+		fi
+		record "$1" "$tr" "$3" "$lg"
 	done
 }
 
-peer_flags=(--sizes "$SMALL,$LARGE" --iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL"
+run_ranktree() { ranktree_with ranktree "$OUT/bin" "$1"; }          # ROUND
+run_ranktree-base() { ranktree_with ranktree-base "$OUT/bin-base" "$1"; } # ROUND
+
+peer_flags=(--sizes "$SIZES" --iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL"
 	--large-iters "$ITERS_LARGE" --large-warmup "$WARMUP_LARGE")
 
 run_gloo() { # ROUND
-	local lg="$OUT/raw/gloo-r$1.log"
-	log "gloo, round $1"
+	local lg="$OUT/raw/gloo-w$NPROC-r$1.log"
+	log "gloo, $NPROC ranks, round $1"
 	timeout "$RUN_TIMEOUT" "$PY" "$BENCH/gloo_allreduce.py" --nproc "$NPROC" "${peer_flags[@]}" >"$lg" 2>&1 || true
 	record gloo "tcp" "$1" "$lg"
 }
@@ -118,12 +139,12 @@ run_gloo() { # ROUND
 run_openmpi() { # ROUND
 	local bind
 	for bind in $MPI_BINDS; do
-		local lg="$OUT/raw/openmpi-$bind-r$1.log" flags=() label=${OMPI_MCA_btl:-shm}
+		local lg="$OUT/raw/openmpi-$bind-w$NPROC-r$1.log" flags=() label=${OMPI_MCA_btl:-shm}
 		if [ "$bind" != default ]; then
 			flags=(--bind-to "$bind")
 			label="$label, --bind-to $bind"
 		fi
-		log "openmpi ($label), round $1"
+		log "openmpi ($label), $NPROC ranks, round $1"
 		timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$NPROC" "${flags[@]}" \
 			"$PY" "$BENCH/mpi_allreduce.py" "${peer_flags[@]}" >"$lg" 2>&1 || true
 		record openmpi "$label" "$1" "$lg"
@@ -131,8 +152,8 @@ run_openmpi() { # ROUND
 }
 
 run_baseline() { # WHEN
-	log "baseline ($1): memcpy and loopback TCP of $LARGE"
-	if ! "$PY" "$BENCH/baseline.py" --bytes "$LARGE" 2>>"$OUT/raw/baseline.log" |
+	log "baseline ($1): memcpy and loopback TCP of $LARGEST bytes"
+	if ! "$PY" "$BENCH/baseline.py" --bytes "$LARGEST" 2>>"$OUT/raw/baseline.log" |
 		"$PY" -c 'import json,sys; [print(json.dumps(dict(json.loads(l), when=sys.argv[1]))) for l in sys.stdin]' "$1" \
 			>>"$OUT/raw/baseline.jsonl"; then
 		log "baseline ($1) failed; see $OUT/raw/baseline.log"
@@ -150,7 +171,7 @@ write_meta() {
 		CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
 		GITREV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
 		NOTES="${NOTES:-}" DATE="$START" NPROCS="$(nproc)" HOST="$(hostname)" OUTDIR="$OUT" \
-		WORLD="$NPROC" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
+		WORLD="${WORLDS%% *}" WORLDS="$WORLDS" SIZES="$SIZES" BASE_REV="$BASE_REV" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
 		"$PY" - <<'PYEOF'
 import json, os
 e = os.environ
@@ -159,6 +180,7 @@ meta = {
     "uptime_before": e["UPTIME_BEFORE"].strip(), "uptime_after": e["UPTIME_AFTER"].strip(),
     "go": e["GOVER"], "torch": e["TORCHVER"], "openmpi": e["OMPIVER"], "mpi4py": e["MPI4PYVER"],
     "numpy": e["NUMPYVER"], "git": e["GITREV"], "world_size": int(e["WORLD"]), "rounds": int(e["R"]),
+    "worlds": e["WORLDS"], "sizes": e["SIZES"], "base_rev": e["BASE_REV"],
     "iters_small": int(e["IS"]), "warmup_small": int(e["WS"]),
     "iters_large": int(e["IL"]), "warmup_large": int(e["WL"]), "notes": e["NOTES"],
 }
@@ -175,6 +197,14 @@ START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 UPTIME_BEFORE=$(uptime)
 log "output in $OUT; load: $UPTIME_BEFORE"
 
+# The sizes, split at 1 MiB (ITERS_SMALL below, ITERS_LARGE from there).
+read -r SMALL_SIZES LARGE_SIZES LARGEST < <("$PY" -c '
+import sys; sys.path.insert(0, sys.argv[1]); import common
+s = common.parse_sizes(sys.argv[2]); a, b = common.split_sizes(s)
+print(",".join(map(str, a)) or "-", ",".join(map(str, b)) or "-", max(s))' "$BENCH" "$SIZES")
+[ "$SMALL_SIZES" = - ] && SMALL_SIZES=
+[ "$LARGE_SIZES" = - ] && LARGE_SIZES=
+
 case " $PEERS " in
 *" gloo "* | *" openmpi "*)
 	install_peers || {
@@ -190,12 +220,24 @@ if [[ " $PEERS " == *" ranktree "* ]]; then
 		log "ranktree build failed (see $OUT/raw/build.log); measuring the peers only"
 		PEERS=${PEERS//ranktree/}
 	fi
+	if [ -n "$BASE_REV" ]; then
+		log "building ranktree-base from $BASE_REV"
+		mkdir -p "$OUT/src-base" "$OUT/bin-base"
+		if git -C "$ROOT" archive "$BASE_REV" | tar -x -C "$OUT/src-base" &&
+			(cd "$OUT/src-base" && go build -o "$OUT/bin-base/" ./cmd/rankrunner ./examples/allreduce-bench) >"$OUT/raw/build-base.log" 2>&1; then
+			PEERS="ranktree-base $PEERS"
+		else
+			log "building $BASE_REV failed (see $OUT/raw/build-base.log)"
+		fi
+	fi
 fi
 
 run_baseline before
-for ((round = 1; round <= ROUNDS; round++)); do
-	for peer in $PEERS; do
-		"run_$peer" "$round"
+for NPROC in $WORLDS; do
+	for ((round = 1; round <= ROUNDS; round++)); do
+		for peer in $PEERS; do
+			"run_$peer" "$round"
+		done
 	done
 done
 

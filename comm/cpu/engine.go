@@ -259,9 +259,12 @@ func (e *Engine) next() (task, bool) {
 	for i := 0; ; i++ {
 		e.qmu.Lock()
 		if len(e.queue) > 0 {
+			// Shift rather than reslice, so that the queue's array is
+			// reused and a steady launch rate allocates nothing.
 			t := e.queue[0]
-			e.queue[0] = task{}
-			e.queue = e.queue[1:]
+			k := copy(e.queue, e.queue[1:])
+			e.queue[k] = task{}
+			e.queue = e.queue[:k]
 			e.qmu.Unlock()
 			return t, true
 		}

@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/kernel"
 )
 
 // link is the connection to one peer as the progress goroutine sees it: the
@@ -34,17 +37,29 @@ type link interface {
 }
 
 // sink is where read puts a payload: copied into dst (len(dst) == h.Len),
-// or handed to fn in consecutive whole-element segments (off is the byte
-// offset of seg in the payload).
+// reduced into dst with (dt, red) when reduce is set, or handed to fn in
+// consecutive whole-element segments (off is the byte offset of seg in the
+// payload). The reduce form exists so that RecvReduce needs no closure,
+// which would be allocated per message.
 type sink struct {
-	dst []byte
-	fn  func(off int, seg []byte) error
+	dst    []byte
+	fn     func(off int, seg []byte) error
+	reduce bool
+	dt     comm.DType
+	red    comm.ReduceOp
 }
+
+// copies reports whether the sink just copies into dst (so a link may read
+// straight into it).
+func (s sink) copies() bool { return s.fn == nil && !s.reduce }
 
 // deliver hands seg (at payload offset off) to the sink.
 func (s sink) deliver(off int, seg []byte) error {
 	if s.fn != nil {
 		return s.fn(off, seg)
+	}
+	if s.reduce {
+		return kernel.Reduce(s.dst[off:off+len(seg)], seg, s.dt, s.red)
 	}
 	copy(s.dst[off:], seg)
 	return nil
@@ -64,7 +79,7 @@ type ctl struct {
 	// stops the engine: a connection a peer closes meanwhile is a
 	// consequence of this abort, not its cause (mesh.transportErr).
 	aborting atomic.Bool
-	notify  chan struct{} // cap 1: something arrived on some tcp link
+	notify   chan struct{} // cap 1: something arrived on some tcp link
 	// onNotice is called from tcp reader goroutines when peer sends a
 	// notice (failure.go) with its payload; onAck when peer acknowledges
 	// one of ours.

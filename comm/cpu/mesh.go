@@ -62,6 +62,12 @@ type mesh struct {
 	cur        opCtx
 	anyNext    int // rotates the first peer an any-source Recv polls
 
+	// sh and rh are the headers of the message being sent and received.
+	// They live here, not on the stack, because links take them by pointer
+	// through an interface, which would move a local to the heap on every
+	// message (and, in recvColl, on every poll while waiting).
+	sh, rh header
+
 	// fatal returns the engine's recorded error (a notice from a peer, a
 	// dead connection) if it concerns the running op, so that waits end
 	// promptly; cause returns it whatever op it struck, to name the cause
@@ -133,9 +139,9 @@ func (m *mesh) transportErr(peer int, err error) error {
 }
 
 func (m *mesh) Send(peer, step int, buf []byte) error {
-	h := header{Kind: kindColl, Sender: m.rank, FP: m.cur.fp, Step: uint32(step), Len: uint64(len(buf))}
+	m.sh = header{Kind: kindColl, Sender: m.rank, FP: m.cur.fp, Step: uint32(step), Len: uint64(len(buf))}
 	m.dirty[peer] = true
-	if err := m.links[peer].send(&h, buf); err != nil {
+	if err := m.links[peer].send(&m.sh, buf); err != nil {
 		return m.transportErr(peer, err)
 	}
 	return nil
@@ -163,10 +169,7 @@ func (m *mesh) Reduce(dst, src []byte) error {
 }
 
 func (m *mesh) RecvReduce(peer, step int, dst []byte) error {
-	dt, red := m.cur.dt, m.cur.red
-	return m.recvColl(peer, step, len(dst), sink{fn: func(off int, seg []byte) error {
-		return kernel.Reduce(dst[off:off+len(seg)], seg, dt, red)
-	}})
+	return m.recvColl(peer, step, len(dst), sink{dst: dst, reduce: true, dt: m.cur.dt, red: m.cur.red})
 }
 
 // wait pauses until something may have arrived; it returns an error if the
@@ -287,7 +290,10 @@ func (m *mesh) recvColl(peer, step, n int, s sink) error {
 	l := m.links[peer]
 	var b backoff
 	for {
-		h, ok, err := l.poll()
+		var ok bool
+		var err error
+		m.rh, ok, err = l.poll()
+		h := &m.rh
 		if err != nil {
 			return m.transportErr(peer, err)
 		}
@@ -298,16 +304,16 @@ func (m *mesh) recvColl(peer, step, n int, s sink) error {
 			continue
 		}
 		if h.Kind == kindP2P {
-			if err := m.stashMsg(peer, h); err != nil {
+			if err := m.stashMsg(peer, *h); err != nil {
 				return err
 			}
 			b.reset()
 			continue
 		}
-		if err := m.checkColl(peer, step, n, h); err != nil {
+		if err := m.checkColl(peer, step, n, *h); err != nil {
 			return err
 		}
-		if err := l.read(&h, s); err != nil {
+		if err := l.read(h, s); err != nil {
 			return m.transportErr(peer, err)
 		}
 		return nil

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -18,6 +19,9 @@ const (
 	// tcpSmallMax: payloads up to this size are read eagerly by the reader
 	// goroutine (no hand-off round trip) and written inline by the caller.
 	tcpSmallMax = 64 << 10
+	// tcpFreeMin is the smallest payload buffer the reader allocates, so
+	// that a recycled one (tcpLink.free) fits most small messages.
+	tcpFreeMin = 4 << 10
 	// tcpSegment is the segment size in which large payloads are handed to
 	// a reducing sink, so that reduction overlaps the transfer.
 	tcpSegment = 256 << 10
@@ -49,8 +53,10 @@ type tcpLink struct {
 	// read side: reader goroutine → progress goroutine
 	br     *bufio.Reader
 	in     chan inMsg
+	free   chan []byte   // small payload buffers read has finished with, for the reader
 	resume chan struct{} // progress goroutine → reader: big payload consumed
-	cur    *inMsg        // polled, not yet read (progress goroutine only)
+	cur    inMsg         // polled, not yet read, when hasCur (progress goroutine only)
+	hasCur bool
 	rerr   atomic.Pointer[error]
 	dead   chan struct{} // closed when the reader stops
 	seg    []byte        // scratch for segmented reads (progress goroutine only)
@@ -58,6 +64,8 @@ type tcpLink struct {
 	// write side
 	mu      sync.Mutex
 	q       []*tcpJob
+	wbuf    []byte           // scratch of write for small messages (whoever holds busy)
+	whdr    [headerSize]byte // scratch of write for a large message's header
 	busy    bool
 	wake    chan struct{} // cap 1
 	sent    chan struct{} // cap 1: a queued job finished
@@ -67,6 +75,7 @@ type tcpLink struct {
 	closeOnce sync.Once
 
 	rc      syscall.RawConn // for readable; nil if not a TCP connection
+	peek    *peeker         // over rc, made on first use (progress goroutine only)
 	stalled atomic.Bool     // the reader waits for the progress goroutine to take a big payload
 }
 
@@ -92,7 +101,7 @@ func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *t
 	}
 	l := &tcpLink{
 		peer: peer, conn: conn, ctl: c, data: data, br: br,
-		in: make(chan inMsg, tcpInbox), resume: make(chan struct{}, 1), dead: make(chan struct{}),
+		in: make(chan inMsg, tcpInbox), free: make(chan []byte, tcpInbox), resume: make(chan struct{}, 1), dead: make(chan struct{}),
 		wake: make(chan struct{}, 1), sent: make(chan struct{}, 1),
 	}
 	if tc, ok := conn.(*net.TCPConn); ok && data {
@@ -108,17 +117,44 @@ func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *t
 // MSG_DONTWAIT). RawConn.Control keeps the descriptor open during the call
 // and, unlike RawConn.Read, does not wait for the reader goroutine, which
 // sits in Read on the same connection.
-func (l *tcpLink) readable() bool { return l.rc != nil && !l.stalled.Load() && peekReadable(l.rc) }
-
-func peekReadable(rc syscall.RawConn) bool {
-	got := false
-	_ = rc.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		got = err == nil && n > 0
-	})
-	return got
+func (l *tcpLink) readable() bool {
+	if l.rc == nil || l.stalled.Load() {
+		return false
+	}
+	if l.peek == nil {
+		l.peek = newPeeker(l.rc)
+	}
+	return l.peek.readable()
 }
+
+// peeker asks a socket whether it has unread bytes (recv with MSG_PEEK,
+// MSG_DONTWAIT). It keeps its RawConn.Control callback, made once, so that
+// the progress goroutine's waits, which ask many times per op, allocate
+// nothing. One goroutine at a time.
+type peeker struct {
+	rc  syscall.RawConn
+	fn  func(fd uintptr)
+	got bool
+	b   [1]byte
+}
+
+func newPeeker(rc syscall.RawConn) *peeker {
+	p := &peeker{rc: rc}
+	p.fn = func(fd uintptr) {
+		n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p.b[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		p.got = errno == 0 && n > 0
+	}
+	return p
+}
+
+func (p *peeker) readable() bool {
+	p.got = false
+	_ = p.rc.Control(p.fn)
+	return p.got
+}
+
+func peekReadable(rc syscall.RawConn) bool { return newPeeker(rc).readable() }
 
 func (l *tcpLink) spins() bool { return false }
 
@@ -179,7 +215,18 @@ func (l *tcpLink) readLoop() {
 		}
 		m := inMsg{h: h}
 		if h.Len <= tcpSmallMax {
-			m.data = make([]byte, h.Len)
+			// Reuse a payload buffer the progress goroutine has finished
+			// with (read gives them back), so that small messages do not
+			// allocate.
+			var d []byte
+			select {
+			case d = <-l.free:
+			default:
+			}
+			if uint64(cap(d)) < h.Len {
+				d = make([]byte, h.Len, max(h.Len, tcpFreeMin))
+			}
+			m.data = d[:h.Len]
 			if _, err := io.ReadFull(l.br, m.data); err != nil {
 				l.fail(fmt.Errorf("reading from rank %d: %w", l.peer, err))
 				return
@@ -208,13 +255,13 @@ func (l *tcpLink) readLoop() {
 }
 
 func (l *tcpLink) poll() (header, bool, error) {
-	if l.cur != nil {
+	if l.hasCur {
 		return l.cur.h, true, nil
 	}
 	select {
-	case m := <-l.in:
-		l.cur = &m
-		return m.h, true, nil
+	case l.cur = <-l.in:
+		l.hasCur = true
+		return l.cur.h, true, nil
 	default:
 	}
 	if err := l.readErr(); err != nil {
@@ -224,20 +271,26 @@ func (l *tcpLink) poll() (header, bool, error) {
 }
 
 func (l *tcpLink) read(h *header, s sink) error {
-	m := l.cur
-	l.cur = nil
-	if m == nil {
+	m := &l.cur
+	if !l.hasCur {
 		return fmt.Errorf("cpu: internal error: read without poll on link to rank %d", l.peer)
 	}
+	l.hasCur = false // m stays valid until the next poll, which follows this read
 	if !m.big {
 		if len(m.data) == 0 {
 			return nil
 		}
-		return s.deliver(0, m.data)
+		err := s.deliver(0, m.data)
+		select {
+		case l.free <- m.data: // the reader may reuse it
+		default:
+		}
+		m.data = nil
+		return err
 	}
 	n := int(m.h.Len)
 	var err error
-	if s.fn == nil {
+	if s.copies() {
 		_, err = io.ReadFull(l.br, s.dst[:n])
 	} else {
 		if l.seg == nil {
@@ -246,7 +299,7 @@ func (l *tcpLink) read(h *header, s sink) error {
 		for off := 0; off < n && err == nil; {
 			k := min(n-off, len(l.seg))
 			if _, err = io.ReadFull(l.br, l.seg[:k]); err == nil {
-				err = s.fn(off, l.seg[:k])
+				err = s.deliver(off, l.seg[:k])
 				off += k
 			}
 		}
@@ -268,13 +321,14 @@ func (l *tcpLink) send(h *header, payload []byte) error {
 	if p := l.werr.Load(); p != nil {
 		return *p
 	}
-	j := &tcpJob{payload: payload}
-	h.encode(j.hdr[:])
 	l.mu.Lock()
 	if !l.busy && len(l.q) == 0 && len(payload) <= tcpSmallMax {
 		l.busy = true
 		l.mu.Unlock()
-		err := l.write(j)
+		var j tcpJob // written now: stays on the stack
+		j.payload = payload
+		h.encode(j.hdr[:])
+		err := l.write(&j)
 		l.mu.Lock()
 		l.busy = false
 		more := len(l.q) > 0
@@ -284,6 +338,8 @@ func (l *tcpLink) send(h *header, payload []byte) error {
 		}
 		return err
 	}
+	j := &tcpJob{payload: payload}
+	h.encode(j.hdr[:])
 	l.q = append(l.q, j)
 	l.pending.Add(1)
 	l.mu.Unlock()
@@ -299,17 +355,24 @@ func (l *tcpLink) kick() {
 }
 
 func (l *tcpLink) write(j *tcpJob) error {
-	bufs := net.Buffers{j.hdr[:]}
-	if len(j.payload) > 0 {
-		bufs = append(bufs, j.payload)
+	var err error
+	if len(j.payload) <= tcpSmallMax {
+		// One write from the link's scratch buffer (the writer holds
+		// busy, so it is alone): no allocation per small message.
+		l.wbuf = append(append(l.wbuf[:0], j.hdr[:]...), j.payload...)
+		_, err = l.conn.Write(l.wbuf)
+	} else {
+		l.whdr = j.hdr
+		bufs := net.Buffers{l.whdr[:], j.payload}
+		_, err = bufs.WriteTo(l.conn)
 	}
-	if _, err := bufs.WriteTo(l.conn); err != nil {
+	if err != nil {
 		if l.ctl.stopped.Load() {
 			return errStopped
 		}
-		err = fmt.Errorf("writing to rank %d: %w", l.peer, err)
-		l.werr.CompareAndSwap(nil, &err)
-		return err
+		werr := fmt.Errorf("writing to rank %d: %w", l.peer, err)
+		l.werr.CompareAndSwap(nil, &werr)
+		return werr
 	}
 	return nil
 }

@@ -8,8 +8,19 @@
 //
 // Rank 0 prints one line per size: bytes, count, type, redop, time_us (the
 // median over --iters of the slowest rank's time), algbw_GBps and
-// busbw_GBps (nccl-tests' definitions; see package internal/bench). With
-// --json it prints instead one JSON object per line with exactly those keys.
+// busbw_GBps (nccl-tests' definitions; see package internal/bench), then
+// mean_us and p90_us of the same times (compare mean_us with Open MPI's
+// mean of a timed loop: it counts the tails) and the CPU placement: the
+// CPU each rank ran on most and how often two ranks shared one. With --json
+// it prints one JSON object per line with those keys (time_us and p50_us
+// are both the median; placement is {"cpus": [...], "shared_frac": f}).
+//
+// Before the first size every rank runs one float32 sum allreduce of
+// --warmup-bytes (default 8 MiB), one lap of the shm rings, so that no
+// size is timed while it first touches ring pages; then, for --warmup-time
+// (default 500 ms), 4-byte allreduces, because the first ~200 ms after
+// ranktree.Init show millisecond stalls that a steady-state figure must not
+// include.
 //
 // Flags:
 //
@@ -19,6 +30,9 @@
 //	--sizes       comma-separated sizes; "A..B" doubles from A to B (default 4..64MiB)
 //	--iters       timed iterations per size (default 20)
 //	--warmup      untimed iterations per size (default 5)
+//	--warmup-bytes  size of the one ring-lap allreduce before the sweep (default 8MiB; 0: none)
+//	--warmup-time   then 4-byte allreduces for this long, past the stalls of the first
+//	                moments after Init (default 500ms; 0: none)
 //	--root        broadcast root (default 0)
 //	--transport   auto | shm | tcp: the CPU engine's transport, passed to
 //	              ranktree.Init as RANKTREE_TRANSPORT (default: that variable, else auto)

@@ -7,7 +7,9 @@ ranktree (its internal/bench package, after nccl-tests' all_reduce_perf):
     timed allreduces back to back, each timed on every rank from launch to
     completion;
   * a Max allreduce of the per-iteration times gives the slowest rank's
-    time per iteration; time_us is the median of those;
+    time per iteration; time_us and p50_us are the median of those, mean_us
+    their mean (what Open MPI's usual scripts report), p90_us the 90th
+    percentile;
   * algbw_GBps = bytes / time (1 GB = 1e9 B); busbw_GBps = algbw * 2(n-1)/n
     (nccl-tests' allreduce bus factor).
 
@@ -35,8 +37,27 @@ def parse_size(s):
 
 
 def parse_sizes(s):
-    """Parses a comma-separated size list."""
-    return [parse_size(x) for x in s.split(",") if x.strip()]
+    """Parses a comma-separated size list; "A..B" doubles from A to B (as allreduce-bench)."""
+    out = []
+    for x in s.split(","):
+        if not x.strip():
+            continue
+        lo, sep, hi = x.partition("..")
+        if not sep:
+            out.append(parse_size(x))
+            continue
+        a, b = parse_size(lo), parse_size(hi)
+        if a <= 0 or b < a:
+            raise argparse.ArgumentTypeError("bad size range %r" % x)
+        while a <= b:
+            out.append(a)
+            a *= 2
+    return out
+
+
+def split_sizes(sizes, limit=1 << 20):
+    """(sizes below limit, sizes at or above it): the small and large iteration counts."""
+    return [s for s in sizes if s < limit], [s for s in sizes if s >= limit]
 
 
 def arg_parser(desc):
@@ -71,9 +92,17 @@ def median(xs):
     return (s[m - 1] + s[m]) / 2.0
 
 
+def summarize(times_us):
+    """(mean, median, 90th percentile by nearest rank) of times_us."""
+    s = sorted(times_us)
+    k = max(-(-9 * len(s) // 10) - 1, 0)
+    return sum(s) / len(s), median(s), s[k]
+
+
 def result(peer, transport, n, size, times_us):
     """The JSON record of one size from the slowest-rank times in µs."""
     t = median(times_us)
+    mean, p50, p90 = summarize(times_us)
     algbw = size / (t * 1e-6) / 1e9 if t > 0 else 0.0
     return {
         "peer": peer,
@@ -85,6 +114,9 @@ def result(peer, transport, n, size, times_us):
         "time_us": round(t, 3),
         "algbw_GBps": round(algbw, 6),
         "busbw_GBps": round(algbw * 2.0 * (n - 1) / n, 6),
+        "mean_us": round(mean, 3),
+        "p50_us": round(p50, 3),
+        "p90_us": round(p90, 3),
         "iters": len(times_us),
     }
 

@@ -26,7 +26,68 @@ GOAL_VS_MPI = 2.0         # 64 MiB algbw, ranktree / Open MPI, at least
 GOAL_LAT_US = {"shm": 10.0, "tcp": 60.0}   # 4 B median latency, at most
 GOAL_LAUNCH_US = 5.0      # actor launch overhead per op, at most
 
-PEER_ORDER = {"ranktree": 0, "gloo": 1, "openmpi": 2}
+PEER_ORDER = {"ranktree": 0, "ranktree-base": 1, "gloo": 2, "openmpi": 3}
+
+
+def sweep(recs):
+    """The full-sweep view: {world: {"cols": [(peer, transport)], "rows": [...]}}.
+
+    Per (world, peer, transport, size): mean_us is the median over rounds of
+    each round's mean time per op (the mean of the timed loop, as Open MPI's
+    scripts report it), mean_us_min the best round, p50_us the median over
+    rounds of the per-round medians. vs_openmpi divides a ranktree column's
+    mean_us by the best Open MPI column's (below 1: ranktree is faster).
+    Records without mean_us (older runs) fall back on time_us."""
+    cells = {}
+    for r in recs:
+        w = int(r.get("world", 2))
+        key = (r["peer"], str(r["transport"]))
+        c = cells.setdefault(w, {}).setdefault(key, {}).setdefault(int(r["bytes"]), {"mean": [], "p50": []})
+        c["mean"].append(float(r.get("mean_us", r["time_us"])))
+        c["p50"].append(float(r.get("p50_us", r["time_us"])))
+    out = {}
+    for w, by_col in sorted(cells.items()):
+        cols = sorted(by_col, key=lambda k: (PEER_ORDER.get(k[0], 9), k[1]))
+        sizes = sorted({s for v in by_col.values() for s in v})
+        rows = []
+        for size in sizes:
+            row = {"bytes": size, "cols": {}}
+            for col in cols:
+                c = by_col[col].get(size)
+                if c:
+                    row["cols"]["%s/%s" % col] = {"mean_us": statistics.median(c["mean"]),
+                                                  "mean_us_min": min(c["mean"]),
+                                                  "p50_us": statistics.median(c["p50"]),
+                                                  "rounds": len(c["mean"])}
+            mpi = [v["mean_us"] for k, v in row["cols"].items() if k.startswith("openmpi/")]
+            if mpi:
+                for k, v in row["cols"].items():
+                    if k.startswith("ranktree"):
+                        v["vs_openmpi"] = v["mean_us"] / min(mpi)
+            rows.append(row)
+        out[w] = {"cols": ["%s/%s" % c for c in cols], "rows": rows}
+    return out
+
+
+def sweep_markdown(sw):
+    """One table per world size: mean µs (median over rounds, best round in
+    brackets) per column, and ranktree / best Open MPI."""
+    out = []
+    for w, t in sorted(sw.items()):
+        rt = [c for c in t["cols"] if c.startswith("ranktree")]
+        hdr = ["size"] + ["%s mean us" % c for c in t["cols"]] + ["%s / MPI" % c for c in rt]
+        out += ["", "%d ranks, mean time per allreduce in us: median over rounds (best round)" % w, "",
+                "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+        for row in t["rows"]:
+            cells = [fmt_size(row["bytes"])]
+            for c in t["cols"]:
+                v = row["cols"].get(c)
+                cells.append("%.1f (%.1f)" % (v["mean_us"], v["mean_us_min"]) if v else "-")
+            for c in rt:
+                v = row["cols"].get(c)
+                cells.append("%.2fx" % v["vs_openmpi"] if v and "vs_openmpi" in v else "-")
+            out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def fmt_size(n):
@@ -101,8 +162,11 @@ def load_baseline(path):
 
 
 def build(meta, recs, launch, baseline=None):
-    """The results object: rows per (peer, transport), ratios, goals, inputs."""
-    world = int(meta.get("world_size", 2))
+    """The results object: rows per (peer, transport) for the smallest world
+    measured, ratios, goals, the full sweep per world, inputs."""
+    worlds = sorted({int(r.get("world", meta.get("world_size", 2))) for r in recs}) or [int(meta.get("world_size", 2))]
+    world = worlds[0]
+    all_recs, recs = recs, [r for r in recs if int(r.get("world", world)) == world]
     agg = aggregate(recs, world)
     sizes = sorted({s for v in agg.values() for s in v})
     small, large = (sizes[0], sizes[-1]) if sizes else (None, None)
@@ -152,8 +216,8 @@ def build(meta, recs, launch, baseline=None):
                 goals.append({"goal": "launch overhead <= %g us (%s)" % (GOAL_LAUNCH_US, parent),
                               "value": "%.2f us" % subs["overhead_us"],
                               "met": subs["overhead_us"] <= GOAL_LAUNCH_US})
-    return {"meta": meta, "rows": rows, "launch": launch, "goals": goals,
-            "baseline": baseline or [], "records": recs}
+    return {"meta": meta, "world": world, "rows": rows, "launch": launch, "goals": goals,
+            "sweep": sweep(all_recs), "baseline": baseline or [], "records": all_recs}
 
 
 def table(res):
@@ -186,14 +250,18 @@ def markdown(res):
     out.append("- versions: %s; torch %s; %s; mpi4py %s; numpy %s" % (
         m.get("go", "?"), m.get("torch", "?"), m.get("openmpi", "?"), m.get("mpi4py", "?"), m.get("numpy", "?")))
     out.append("- source: git %s" % m.get("git", "?"))
-    out.append("- settings: %d ranks, float32 sum, %s rounds; small sizes %s iters + %s warm-up, large %s iters + %s warm-up" % (
-        int(m.get("world_size", 2)), m.get("rounds", "?"), m.get("iters_small", "?"), m.get("warmup_small", "?"),
+    out.append("- settings: %s ranks, float32 sum, %s rounds; small sizes %s iters + %s warm-up, large %s iters + %s warm-up" % (
+        m.get("worlds", m.get("world_size", 2)), m.get("rounds", "?"), m.get("iters_small", "?"), m.get("warmup_small", "?"),
         m.get("iters_large", "?"), m.get("warmup_large", "?")))
     if m.get("notes"):
         out.append("- notes: %s" % m["notes"])
-    out += ["", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    out += ["", "%d ranks, smallest and largest size (median per round, median over rounds):" % res.get("world", 2),
+            "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for b in body:
         out.append("| " + " | ".join(b) + " |")
+    if res.get("sweep") and any(len(t["rows"]) > 2 for t in res["sweep"].values()):
+        out += ["", "## Sweep"]
+        out += sweep_markdown(res["sweep"])
     if res.get("baseline"):
         out += ["", "Baselines (scripts/bench/baseline.py, one thread / one stream):", ""]
         for b in res["baseline"]:

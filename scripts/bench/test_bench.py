@@ -22,6 +22,9 @@ class SizeTest(unittest.TestCase):
         self.assertEqual(common.parse_size("4KiB"), 4096)
         self.assertEqual(common.parse_size("64MiB"), 64 << 20)
         self.assertEqual(common.parse_sizes("4,64MiB"), [4, 64 << 20])
+        self.assertEqual(common.parse_sizes("4..32,1MiB"), [4, 8, 16, 32, 1 << 20])
+        self.assertEqual(len(common.parse_sizes("4..64MiB")), 25)
+        self.assertEqual(common.split_sizes([4, 512 << 10, 1 << 20, 64 << 20]), ([4, 512 << 10], [1 << 20, 64 << 20]))
         with self.assertRaises(Exception):
             common.parse_size("12 parsecs")
 
@@ -32,6 +35,9 @@ class SizeTest(unittest.TestCase):
         self.assertEqual(r["time_us"], 2000.0)
         self.assertAlmostEqual(r["algbw_GBps"], (64 << 20) / 2e-3 / 1e9, places=5)
         self.assertAlmostEqual(r["busbw_GBps"], r["algbw_GBps"])  # 2(n-1)/n = 1 for n = 2
+        self.assertEqual((r["mean_us"], r["p50_us"], r["p90_us"]), (2000.0, 2000.0, 3000.0))
+        r = common.result("openmpi", "shm", 2, 4, [float(x) for x in range(1, 11)])
+        self.assertEqual((r["mean_us"], r["p50_us"], r["p90_us"]), (5.5, 5.5, 9.0))
         r4 = common.result("gloo", "tcp", 4, 64 << 20, [2000.0])
         self.assertAlmostEqual(r4["busbw_GBps"], r4["algbw_GBps"] * 1.5, places=5)
 
@@ -108,6 +114,31 @@ class SummarizeTest(unittest.TestCase):
                 r["time_us"] = 50.0
         goals = {g["goal"]: g["met"] for g in summarize.build({"world_size": 2}, recs, None)["goals"]}
         self.assertFalse(goals["4 B latency <= 10 us (shm)"])
+
+    def test_sweep(self):
+        recs = []
+        for rnd, (a, b) in enumerate([(3.0, 1.0), (5.0, 2.0), (4.0, 9.0)]):
+            for w in (2, 3):
+                recs += [
+                    {"peer": "ranktree", "transport": "shm", "bytes": 4, "time_us": a - 1, "mean_us": a * w, "round": rnd, "world": w},
+                    {"peer": "openmpi", "transport": "shm", "bytes": 4, "time_us": b, "mean_us": b * w, "round": rnd, "world": w},
+                    {"peer": "ranktree", "transport": "shm", "bytes": 8, "time_us": 1, "mean_us": 1, "round": rnd, "world": w},
+                    {"peer": "ranktree", "transport": "shm", "bytes": 16, "time_us": 1, "mean_us": 1, "round": rnd, "world": w},
+                ]
+        res = summarize.build({"world_size": 2}, recs, None)
+        self.assertEqual(res["world"], 2)
+        self.assertEqual(len(res["records"]), len(recs))
+        sw = res["sweep"]
+        self.assertEqual(sorted(sw), [2, 3])
+        c = sw[3]["rows"][0]["cols"]
+        self.assertEqual(c["ranktree/shm"]["mean_us"], 12.0)     # median of 9, 15, 12
+        self.assertEqual(c["ranktree/shm"]["mean_us_min"], 9.0)
+        self.assertEqual(c["openmpi/shm"]["mean_us"], 6.0)       # median of 3, 6, 27
+        self.assertAlmostEqual(c["ranktree/shm"]["vs_openmpi"], 2.0)
+        self.assertNotIn("vs_openmpi", sw[2]["rows"][1]["cols"]["ranktree/shm"])
+        md = summarize.markdown(res)
+        self.assertIn("3 ranks, mean time per allreduce", md)
+        self.assertIn("| 4 B | 12.0 (9.0) | 6.0 (3.0) | 2.00x |", md)
 
     def test_launch_parse(self):
         text = "\n".join([

@@ -149,6 +149,7 @@ SLURM_LOCALID, SLURM_NODEID) and Kubernetes indexed Jobs
 	durationVar(fs, &f.cfg.RunnerTimeout, "runner-timeout", 30*time.Second, "with several nodes: abort the attempt when another runner's heartbeat is silent this long")
 	durationVar(fs, &f.cfg.Timeout, "timeout", 0, "collective default timeout given to ranks as RANKTREE_TIMEOUT (e.g. 10m)")
 	durationVar(fs, &f.cfg.StoreTimeout, "store-timeout", 60*time.Second, "bound on reaching the store")
+	fs.StringVar(&f.cfg.CPUBind, "cpu-bind", launcher.CPUBindCore, "bind local ranks to CPUs: core (each rank its own block of the runner's CPUs; nothing when ranks outnumber CPUs) or none")
 	fs.StringVar(&f.cfg.LogDir, "log-dir", "", "write per-rank logs to DIR/<job>/attempt_<n>/<rank>/{stdout,stderr}.log")
 	fs.StringVarP(&f.tee, "tee", "t", "", "copy streams to log files too: 0 none, 1 stdout, 2 stderr, 3 both, or local_rank:N,...")
 	fs.StringVarP(&f.redirect, "redirects", "r", "", "send streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or local_rank:N,...")

@@ -75,13 +75,18 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 	pol := NewPolicy(r.id, ranks, r.cfg.FailureGrace, r.cfg.StopGrace)
 	procs := make([]*proc, len(r.slots))
 	exits := make(chan RankExited, len(r.slots))
+	binds := r.cpuBinding(log)
 	for i, slot := range r.slots {
 		out, err := openRankOutput(r.cfg, n, slot, r.stdout, r.stderr)
 		errFile := r.errorFile(n, slot.Rank)
 		var p *proc
 		if err == nil {
 			env := rankEnv(r.cfg, r.url, slot, r.world, r.localWorld, n, errFile)
-			p, err = startRank(r.path, r.cfg.Args, env, i, slot, out)
+			var cpus []int
+			if binds != nil {
+				cpus = binds[i]
+			}
+			p, err = startRank(r.path, r.cfg.Args, env, i, slot, out, cpus)
 			if err != nil {
 				out.close()
 			}

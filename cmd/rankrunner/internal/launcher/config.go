@@ -178,6 +178,10 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Color colours the "[rank N]" prefixes (set it when Stdout is a terminal).
 	Color bool
+	// CPUBind is how local ranks are bound to CPUs: CPUBindCore (default)
+	// or CPUBindNone (--cpu-bind); see cpubind.go.
+	CPUBind string
+
 	// Env is the base environment of ranks (default os.Environ()).
 	Env []string
 	// Log is the runner's logger.
@@ -211,6 +215,13 @@ func (c *Config) validate() error {
 		if c.NProcPerNode < 0 {
 			return &FlagError{Flag: "--nproc-per-node", Msg: fmt.Sprintf("%d is not a positive rank count", c.NProcPerNode)}
 		}
+	}
+	switch c.CPUBind {
+	case "":
+		c.CPUBind = CPUBindCore
+	case CPUBindCore, CPUBindNone:
+	default:
+		return &FlagError{Flag: "--cpu-bind", Msg: fmt.Sprintf("%q: want %s or %s", c.CPUBind, CPUBindCore, CPUBindNone)}
 	}
 	if c.JobID == "" {
 		if c.NNodes > 1 {

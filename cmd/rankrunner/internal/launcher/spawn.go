@@ -25,6 +25,7 @@ import (
 
 type spawnReq struct {
 	cmd  *exec.Cmd
+	cpus []int // bind the child to these CPUs (nil: inherit)
 	done chan error
 }
 
@@ -36,17 +37,18 @@ var (
 func spawnLoop(ch <-chan spawnReq) {
 	runtime.LockOSThread() // never unlocked: the thread must outlive every rank
 	for r := range ch {
-		r.done <- r.cmd.Start()
+		r.done <- withAffinity(r.cpus, r.cmd.Start)
 	}
 }
 
-// startPinned starts cmd from the runner's pinned spawner thread.
-func startPinned(cmd *exec.Cmd) error {
+// startPinned starts cmd from the runner's pinned spawner thread, bound to
+// cpus unless nil (see withAffinity).
+func startPinned(cmd *exec.Cmd, cpus []int) error {
 	spawnOnce.Do(func() {
 		spawnCh = make(chan spawnReq)
 		go spawnLoop(spawnCh)
 	})
-	req := spawnReq{cmd: cmd, done: make(chan error, 1)}
+	req := spawnReq{cmd: cmd, cpus: cpus, done: make(chan error, 1)}
 	spawnCh <- req
 	return <-req.done
 }
@@ -62,8 +64,9 @@ type proc struct {
 	out    *rankOutput
 }
 
-// startRank starts one rank with env, its streams pumped to out.
-func startRank(path string, args, env []string, local int, slot RankSlot, out *rankOutput) (*proc, error) {
+// startRank starts one rank with env, its streams pumped to out, bound to
+// cpus unless nil.
+func startRank(path string, args, env []string, local int, slot RankSlot, out *rankOutput, cpus []int) (*proc, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -79,7 +82,7 @@ func startRank(path string, args, env []string, local int, slot RankSlot, out *r
 	}
 	cmd.Stdin = nil // /dev/null, as torchrun
 	cmd.Stdout, cmd.Stderr = outW, errW
-	err = startPinned(cmd)
+	err = startPinned(cmd, cpus)
 	outW.Close()
 	errW.Close()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -29,6 +30,8 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	iters := fs.Int("iters", 20, "timed iterations per size")
 	warmup := fs.Int("warmup", 5, "untimed warm-up iterations per size")
 	root := fs.Int("root", 0, "broadcast root rank")
+	warmTime := fs.Duration("warmup-time", 500*time.Millisecond, "before the first size, keep issuing 4-byte allreduces this long, past the stalls of the first moments after Init; 0 skips it")
+	lap := fs.String("warmup-bytes", "8MiB", "one float32 sum allreduce of this size before the sweep, so that every shm ring page has been touched (one lap of the default 4 MiB rings); 0 skips it")
 	if defaultTransport == "" {
 		defaultTransport = "auto"
 	}
@@ -63,6 +66,20 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 		return Options{}, fmt.Errorf("--iters must be at least 1, --warmup and --root at least 0 (got %d, %d, %d)", *iters, *warmup, *root)
 	}
 	o.Config.Iters, o.Config.Warmup, o.Config.Root = *iters, *warmup, *root
+	if *warmTime < 0 {
+		return Options{}, fmt.Errorf("--warmup-time %v is negative", *warmTime)
+	}
+	o.Config.WarmupTime = *warmTime
+	if *warmTime == 0 {
+		o.Config.WarmupTime = -1
+	}
+	if *lap == "0" {
+		o.Config.WarmupBytes = -1
+	} else if sz, err := ParseSize(*lap); err != nil {
+		return Options{}, fmt.Errorf("--warmup-bytes %q: want one size such as 8MiB, or 0: %w", *lap, err)
+	} else {
+		o.Config.WarmupBytes = sz
+	}
 	switch *transport {
 	case "auto", "shm", "tcp":
 		o.Transport = *transport

@@ -6,17 +6,41 @@ import (
 	"slices"
 )
 
-// Result is one size's measurement. Its JSON form has exactly the keys
-// bytes, count, type, redop, time_us, algbw_GBps and busbw_GBps, the fields
-// of nccl-tests' output table.
+// Result is one size's measurement. Its JSON form has the keys bytes,
+// count, type, redop, time_us, algbw_GBps and busbw_GBps (the fields of
+// nccl-tests' output table), then mean_us, p50_us and p90_us (the timed
+// iterations' mean, median and 90th percentile: compare mean_us with Open
+// MPI's mean of a timed loop, so the tails count) and placement (where the
+// ranks ran).
 type Result struct {
-	Bytes     int64   `json:"bytes"`      // message size S in bytes (see the package doc)
-	Count     int     `json:"count"`      // elements in S
-	Type      string  `json:"type"`       // dtype, torch spelling ("float32")
-	RedOp     string  `json:"redop"`      // reduction ("sum"), or "none" for collectives without one
-	TimeUs    float64 `json:"time_us"`    // median over timed iterations of the slowest rank's time, µs
-	AlgBwGBps float64 `json:"algbw_GBps"` // Bytes / time, GB/s (1e9 B/s)
-	BusBwGBps float64 `json:"busbw_GBps"` // AlgBwGBps × Collective.BusFactor(n)
+	Bytes     int64     `json:"bytes"`      // message size S in bytes (see the package doc)
+	Count     int       `json:"count"`      // elements in S
+	Type      string    `json:"type"`       // dtype, torch spelling ("float32")
+	RedOp     string    `json:"redop"`      // reduction ("sum"), or "none" for collectives without one
+	TimeUs    float64   `json:"time_us"`    // median over timed iterations of the slowest rank's time, µs
+	AlgBwGBps float64   `json:"algbw_GBps"` // Bytes / time, GB/s (1e9 B/s)
+	BusBwGBps float64   `json:"busbw_GBps"` // AlgBwGBps × Collective.BusFactor(n)
+	MeanUs    float64   `json:"mean_us"`    // mean over timed iterations of the slowest rank's time, µs
+	P50Us     float64   `json:"p50_us"`     // median of the same (equal to TimeUs), µs
+	P90Us     float64   `json:"p90_us"`     // 90th percentile (nearest rank) of the same, µs
+	Placement Placement `json:"placement"`  // CPUs the ranks ran on during the timed iterations
+}
+
+// Summarize returns the mean, median and 90th percentile (nearest rank:
+// the smallest value with at least 90% of xs at or below it) of xs; NaNs
+// for an empty slice. xs is not modified.
+func Summarize(xs []float64) (mean, p50, p90 float64) {
+	if len(xs) == 0 {
+		return math.NaN(), math.NaN(), math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	for _, x := range s {
+		mean += x
+	}
+	mean /= float64(len(s))
+	k := int(math.Ceil(0.9*float64(len(s)))) - 1
+	return mean, Median(s), s[max(k, 0)]
 }
 
 // NewResult fills the bandwidths from bytes and the median time in µs for
@@ -48,13 +72,14 @@ func Median(xs []float64) float64 {
 // FormatHeader is the two comment lines above the text table, as
 // nccl-tests prints them.
 func FormatHeader() string {
-	return fmt.Sprintf("# %12s %12s %9s %10s %12s %10s %10s\n# %12s %12s %9s %10s %12s %10s %10s\n",
-		"size", "count", "type", "redop", "time", "algbw", "busbw",
-		"(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)")
+	return fmt.Sprintf("# %12s %12s %9s %10s %12s %10s %10s %10s %10s %8s %s\n# %12s %12s %9s %10s %12s %10s %10s %10s %10s %8s %s\n",
+		"size", "count", "type", "redop", "time", "algbw", "busbw", "mean", "p90", "shared", "cpus",
+		"(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "(us)", "(us)", "(cpu)", "(by rank)")
 }
 
 // FormatRow is one line of the text table.
 func FormatRow(r Result) string {
-	return fmt.Sprintf("  %12d %12d %9s %10s %12.2f %10.3f %10.3f\n",
-		r.Bytes, r.Count, r.Type, r.RedOp, r.TimeUs, r.AlgBwGBps, r.BusBwGBps)
+	return fmt.Sprintf("  %12d %12d %9s %10s %12.2f %10.3f %10.3f %10.2f %10.2f %7.0f%% %v\n",
+		r.Bytes, r.Count, r.Type, r.RedOp, r.TimeUs, r.AlgBwGBps, r.BusBwGBps, r.MeanUs, r.P90Us,
+		100*r.Placement.SharedFrac, r.Placement.CPUs)
 }

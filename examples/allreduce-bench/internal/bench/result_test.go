@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -59,7 +60,7 @@ func TestResultJSONKeys(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"algbw_GBps", "busbw_GBps", "bytes", "count", "redop", "time_us", "type"}
+	want := []string{"algbw_GBps", "busbw_GBps", "bytes", "count", "mean_us", "p50_us", "p90_us", "placement", "redop", "time_us", "type"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("JSON keys = %v, want %v (%s)", keys, want, b)
 	}
@@ -74,9 +75,53 @@ func TestFormatTable(t *testing.T) {
 		!strings.Contains(lines[0], "busbw") || !strings.Contains(lines[1], "(GB/s)") {
 		t.Errorf("header = %q", h)
 	}
-	row := FormatRow(NewResult(AllReduce, 2, 4096, 1024, "float32", "sum", 8))
+	r := NewResult(AllReduce, 2, 4096, 1024, "float32", "sum", 8)
+	r.MeanUs, r.P90Us, r.Placement = 9.5, 12, Placement{CPUs: []int{0, 1}, SharedFrac: 0.25}
+	row := FormatRow(r)
 	f := strings.Fields(row)
-	if want := []string{"4096", "1024", "float32", "sum", "8.00", "0.512", "0.512"}; !slices.Equal(f, want) {
+	if want := []string{"4096", "1024", "float32", "sum", "8.00", "0.512", "0.512", "9.50", "12.00", "25%", "[0", "1]"}; !slices.Equal(f, want) {
 		t.Errorf("row fields = %q, want %q", f, want)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	xs := []float64{10, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	before := slices.Clone(xs)
+	mean, p50, p90 := Summarize(xs)
+	if mean != 5.5 || p50 != 5.5 || p90 != 9 {
+		t.Errorf("Summarize(1..10) = %v, %v, %v, want 5.5, 5.5, 9", mean, p50, p90)
+	}
+	if !slices.Equal(before, xs) {
+		t.Errorf("Summarize modified its input")
+	}
+	if mean, p50, p90 = Summarize([]float64{3}); mean != 3 || p50 != 3 || p90 != 3 {
+		t.Errorf("Summarize([3]) = %v, %v, %v", mean, p50, p90)
+	}
+	if mean, _, _ = Summarize(nil); !math.IsNaN(mean) {
+		t.Errorf("Summarize(nil) mean = %v, want NaN", mean)
+	}
+}
+
+func TestNewPlacement(t *testing.T) {
+	// 3 ranks × 4 iterations, values 1 + CPU: rank 0 on CPU 0 then 1, rank 1
+	// always CPU 1, rank 2 unknown once. Iteration 1 shares CPU 0 (ranks 0, 2),
+	// iterations 2 and 3 share CPU 1 (ranks 0, 1).
+	s := []int32{
+		1, 1, 2, 2,
+		2, 2, 2, 2,
+		0, 1, 3, 3,
+	}
+	p := NewPlacement(s, 3, 4)
+	if fmt.Sprint(p.CPUs) != "[0 1 2]" {
+		t.Errorf("CPUs = %v, want [0 1 2] (ties to the lower CPU)", p.CPUs)
+	}
+	if p.SharedFrac != 0.75 {
+		t.Errorf("SharedFrac = %v, want 0.75", p.SharedFrac)
+	}
+	if p := NewPlacement(nil, 2, 0); fmt.Sprint(p.CPUs) != "[-1 -1]" {
+		t.Errorf("no samples: %+v", p)
+	}
+	if c := CurrentCPU(); c < 0 {
+		t.Errorf("CurrentCPU() = %d on Linux", c)
 	}
 }

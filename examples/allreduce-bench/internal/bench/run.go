@@ -35,14 +35,31 @@ var DefaultSizes = func() []int64 {
 // Config describes one benchmark run. The same Config must be used on every
 // rank. Zero fields take the defaults named; validate checks the rest.
 type Config struct {
-	Collective Collective       // required
-	Op         comm.ReduceOp    // reduction of allreduce/reducescatter; zero: comm.Sum
-	DType      comm.DType       // element type; zero: comm.Float32
-	Sizes      []int64          // message sizes in bytes (see the package doc); empty: DefaultSizes
-	Iters      int              // timed iterations per size; 0: 20
-	Warmup     int              // untimed iterations before them (0: none; negative is an error)
-	Root       int              // root rank of broadcast
-	Now        func() time.Time // clock; nil: time.Now (tests pass a fake)
+	Collective Collective    // required
+	Op         comm.ReduceOp // reduction of allreduce/reducescatter; zero: comm.Sum
+	DType      comm.DType    // element type; zero: comm.Float32
+	Sizes      []int64       // message sizes in bytes (see the package doc); empty: DefaultSizes
+	Iters      int           // timed iterations per size; 0: 20
+	Warmup     int           // untimed iterations before them (0: none; negative is an error)
+	Root       int           // root rank of broadcast
+	// WarmupBytes is the size in bytes of one float32 sum allreduce run
+	// once before the first size, so that every page of the shm rings
+	// (default 4 MiB per direction; an allreduce of S bytes moves at least
+	// S bytes over each link) has been touched before anything is timed
+	// and no size pays first-touch page faults. 0: 8 MiB; negative: none.
+	WarmupBytes int64
+	// WarmupTime is how long every rank keeps issuing 4-byte allreduces
+	// (in batches of 100, the ranks agreeing after each batch whether to go
+	// on) before the first size, after the WarmupBytes allreduce: the
+	// first ~200 ms after ranktree.Init show millisecond stalls (Init's
+	// background work settling) that a benchmark of the steady state must
+	// not time. 0: 500 ms; negative: none.
+	WarmupTime time.Duration
+	// Placement, if set, is called on every rank after each timed
+	// iteration and returns the CPU the caller runs on (-1 if unknown).
+	// nil: CurrentCPU.
+	Placement func() int
+	Now       func() time.Time // clock; nil: time.Now (tests pass a fake)
 }
 
 // validate fills defaults and checks c against a group of n ranks.
@@ -84,6 +101,15 @@ func (c *Config) validate(n int) error {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.WarmupBytes == 0 {
+		c.WarmupBytes = 8 << 20
+	}
+	if c.Placement == nil {
+		c.Placement = CurrentCPU
+	}
+	if c.WarmupTime == 0 {
+		c.WarmupTime = 500 * time.Millisecond
+	}
 	return nil
 }
 
@@ -97,13 +123,27 @@ func (c *Config) validate(n int) error {
 // Per size: cfg.Warmup untimed iterations, a Barrier, then cfg.Iters timed
 // iterations back to back, each from launch to Work.Wait's return. A Max
 // allreduce of the per-iteration times gives the slowest rank's time, and
-// the reported time is their median.
+// the reported times are their mean, median and 90th percentile. Each
+// rank also samples the CPU it runs on after every timed iteration; the
+// Result says which CPU each rank ran on most and how often two ranks
+// shared one (see Placement).
 //
 // Errors: a bad cfg; the first failed Work (wrapped, naming the collective
 // and size; it unwraps to the comm sentinel); ctx's error; emit's error.
 func Run(ctx context.Context, g Group, cfg Config, emit func(Result) error) error {
 	if err := cfg.validate(g.Size()); err != nil {
 		return err
+	}
+	if cfg.WarmupBytes > 0 && g.Size() > 1 {
+		lap := comm.NewHostBuffer(comm.Float32, int(cfg.WarmupBytes/4))
+		if err := g.AllReduce(ctx, lap, comm.Sum).Wait(ctx); err != nil {
+			return fmt.Errorf("bench: warm-up allreduce of %s (one lap of the rings) on rank %d: %w", FormatSize(cfg.WarmupBytes), g.Rank(), err)
+		}
+	}
+	if cfg.WarmupTime > 0 && g.Size() > 1 {
+		if err := warmFor(ctx, g, &cfg); err != nil {
+			return fmt.Errorf("bench: warm-up for %v on rank %d: %w", cfg.WarmupTime, g.Rank(), err)
+		}
 	}
 	for _, size := range cfg.Sizes {
 		r, err := measure(ctx, g, &cfg, size)
@@ -149,16 +189,24 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 		return Result{}, fmt.Errorf("barrier before the timed iterations: %w", err)
 	}
 	times := make([]float64, cfg.Iters) // µs
+	// cpus[r*Iters+i] is 1 + the CPU rank r ran on after iteration i (0:
+	// unknown); each rank fills its row and a Sum allreduce gathers them.
+	cpus := make([]int32, n*cfg.Iters)
+	mine := cpus[g.Rank()*cfg.Iters : (g.Rank()+1)*cfg.Iters]
 	for i := range times {
 		t0 := cfg.Now()
 		if err := launch().Wait(ctx); err != nil {
 			return Result{}, fmt.Errorf("iteration %d: %w", i, err)
 		}
 		times[i] = float64(cfg.Now().Sub(t0).Nanoseconds()) / 1e3
+		mine[i] = int32(cfg.Placement() + 1)
 	}
 	if n > 1 && len(times) > 0 {
 		if err := g.AllReduce(ctx, comm.HostBuffer(times), comm.Max).Wait(ctx); err != nil {
 			return Result{}, fmt.Errorf("combining the times across ranks: %w", err)
+		}
+		if err := g.AllReduce(ctx, comm.HostBuffer(cpus), comm.Sum).Wait(ctx); err != nil {
+			return Result{}, fmt.Errorf("combining the CPU placement across ranks: %w", err)
 		}
 	}
 	redop := "none"
@@ -166,5 +214,35 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 		redop = cfg.Op.String()
 	}
 	bytes := int64(geo.Count) * int64(dt.Size())
-	return NewResult(cfg.Collective, n, bytes, geo.Count, dt.String(), redop, Median(times)), nil
+	r := NewResult(cfg.Collective, n, bytes, geo.Count, dt.String(), redop, Median(times))
+	r.MeanUs, r.P50Us, r.P90Us = Summarize(times)
+	r.Placement = NewPlacement(cpus, n, cfg.Iters)
+	return r, nil
+}
+
+// warmFor issues batches of 100 4-byte float32 sum allreduces until every
+// rank has spent cfg.WarmupTime in it: after each batch a Max allreduce of
+// "still warming" flags makes every rank stop after the same batch, so all
+// ranks issue the same ops.
+func warmFor(ctx context.Context, g Group, cfg *Config) error {
+	one := comm.NewHostBuffer(comm.Float32, 1)
+	flag := make([]float32, 1)
+	start := cfg.Now()
+	for {
+		for i := 0; i < 100; i++ {
+			if err := g.AllReduce(ctx, one, comm.Sum).Wait(ctx); err != nil {
+				return err
+			}
+		}
+		flag[0] = 0
+		if cfg.Now().Sub(start) < cfg.WarmupTime {
+			flag[0] = 1
+		}
+		if err := g.AllReduce(ctx, comm.HostBuffer(flag), comm.Max).Wait(ctx); err != nil {
+			return err
+		}
+		if flag[0] == 0 {
+			return nil
+		}
+	}
 }

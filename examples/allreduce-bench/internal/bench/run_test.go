@@ -22,6 +22,7 @@ type fakeGroup struct {
 	peerTimes  []float64
 	failAt     int // 1-based call index to fail; 0: never
 	failErr    error
+	onFlag     func([]float32) // plays the peers in the warm-up agreement
 }
 
 func (f *fakeGroup) record(name string, bufs string) *comm.Work {
@@ -39,6 +40,11 @@ func (f *fakeGroup) record(name string, bufs string) *comm.Work {
 func (f *fakeGroup) Rank() int { return f.rank }
 func (f *fakeGroup) Size() int { return f.size }
 func (f *fakeGroup) AllReduce(_ context.Context, buf comm.Buffer, red comm.ReduceOp, _ ...comm.OpOption) *comm.Work {
+	if buf.DType() == comm.Float32 && red == comm.Max && buf.Len() == 1 && f.onFlag != nil {
+		fl, _ := comm.AsSlice[float32](buf)
+		f.onFlag(fl)
+		return f.record("flag", buf.String())
+	}
 	if buf.DType() == comm.Float64 && red == comm.Max && f.peerTimes != nil {
 		ts, _ := comm.AsSlice[float64](buf)
 		for i := range ts {
@@ -85,7 +91,7 @@ func TestRunAllReduceTimesAndCalls(t *testing.T) {
 	g := &fakeGroup{rank: 0, size: 4, peerTimes: []float64{2, 9, 2, 2, 50}}
 	cfg := Config{
 		Collective: AllReduce, Op: comm.Avg, DType: comm.Float32, Sizes: []int64{4096},
-		Iters: 5, Warmup: 2,
+		Iters: 5, Warmup: 2, WarmupBytes: -1, WarmupTime: -1, Placement: func() int { return 1 },
 		// local iteration times 5, 1, 3, 4, 2 µs; the peer's 2, 9, 2, 2, 50 →
 		// slowest per iteration 5, 9, 3, 4, 50 → median 5 µs.
 		Now: fakeClock([]time.Duration{5 * time.Microsecond, time.Microsecond, 3 * time.Microsecond, 4 * time.Microsecond, 2 * time.Microsecond}),
@@ -94,7 +100,7 @@ func TestRunAllReduceTimesAndCalls(t *testing.T) {
 	if err := Run(context.Background(), g, cfg, func(r Result) error { got = append(got, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	wantCalls := []string{"allreduce:avg", "allreduce:avg", "barrier", "allreduce:avg", "allreduce:avg", "allreduce:avg", "allreduce:avg", "allreduce:avg", "times"}
+	wantCalls := []string{"allreduce:avg", "allreduce:avg", "barrier", "allreduce:avg", "allreduce:avg", "allreduce:avg", "allreduce:avg", "allreduce:avg", "times", "allreduce:sum"}
 	if fmt.Sprint(g.calls) != fmt.Sprint(wantCalls) {
 		t.Fatalf("calls = %v, want %v", g.calls, wantCalls)
 	}
@@ -107,6 +113,18 @@ func TestRunAllReduceTimesAndCalls(t *testing.T) {
 	r := got[0]
 	if r.Bytes != 4096 || r.Count != 1024 || r.Type != "float32" || r.RedOp != "avg" || r.TimeUs != 5 {
 		t.Errorf("result = %+v", r)
+	}
+	// 5, 9, 3, 4, 50: mean 14.2, median 5, p90 (nearest rank 5 of 5) 50.
+	if math.Abs(r.MeanUs-14.2) > 1e-9 || r.P50Us != 5 || r.P90Us != 50 {
+		t.Errorf("mean/p50/p90 = %v/%v/%v, want 14.2/5/50", r.MeanUs, r.P50Us, r.P90Us)
+	}
+	// Only this rank's row of the placement is filled (the fake group does
+	// not add the peers'): CPU 1 for rank 0, unknown for the others.
+	if fmt.Sprint(r.Placement.CPUs) != "[1 -1 -1 -1]" || r.Placement.SharedFrac != 0 {
+		t.Errorf("placement = %+v", r.Placement)
+	}
+	if g.bufs[9] != "int32×20" {
+		t.Errorf("placement buffer = %q, want int32×20 (4 ranks × 5 iterations)", g.bufs[9])
 	}
 	if math.Abs(r.AlgBwGBps-4096/5e-6/1e9) > 1e-9 || math.Abs(r.BusBwGBps-r.AlgBwGBps*1.5) > 1e-9 {
 		t.Errorf("bandwidths = %v / %v", r.AlgBwGBps, r.BusBwGBps)
@@ -129,7 +147,7 @@ func TestRunCollectiveBuffers(t *testing.T) {
 	}
 	for _, c := range cases {
 		g := &fakeGroup{size: 2}
-		cfg := Config{Collective: c.c, Op: comm.Max, DType: comm.BFloat16, Sizes: []int64{6 << 10}, Iters: 1, Now: fakeClock([]time.Duration{time.Microsecond})}
+		cfg := Config{Collective: c.c, Op: comm.Max, DType: comm.BFloat16, Sizes: []int64{6 << 10}, Iters: 1, WarmupBytes: -1, WarmupTime: -1, Now: fakeClock([]time.Duration{time.Microsecond})}
 		if c.c == Broadcast {
 			g.size, cfg.Root = 3, 2
 		}
@@ -168,14 +186,14 @@ func TestRunErrors(t *testing.T) {
 		}
 	}
 	// A bitwise op is fine for allgather, which does not reduce.
-	if err := Run(ctx, &fakeGroup{size: 2}, Config{Collective: AllGather, Op: comm.BAnd, Sizes: []int64{64}, Iters: 1}, emit); err != nil {
+	if err := Run(ctx, &fakeGroup{size: 2}, Config{Collective: AllGather, Op: comm.BAnd, Sizes: []int64{64}, Iters: 1, WarmupTime: -1}, emit); err != nil {
 		t.Errorf("allgather ignores --op: %v", err)
 	}
 	// A failed Work stops the run with an error naming the size that
 	// unwraps to the engine's sentinel; emit is not called for it.
 	g := &fakeGroup{size: 2, failAt: 4, failErr: &comm.EngineError{Engine: "cpu", Msg: "boom"}}
 	emitted := 0
-	err := Run(ctx, g, Config{Collective: AllReduce, Sizes: []int64{1 << 20}, Iters: 3, Warmup: 1}, func(Result) error { emitted++; return nil })
+	err := Run(ctx, g, Config{Collective: AllReduce, Sizes: []int64{1 << 20}, Iters: 3, Warmup: 1, WarmupBytes: -1, WarmupTime: -1}, func(Result) error { emitted++; return nil })
 	if !errors.Is(err, comm.ErrEngine) || emitted != 0 {
 		t.Fatalf("err = %v (emitted %d), want ErrEngine and nothing emitted", err, emitted)
 	}
@@ -185,7 +203,71 @@ func TestRunErrors(t *testing.T) {
 	// emit's error stops the run.
 	stop := errors.New("stop")
 	g = &fakeGroup{size: 2}
-	if err := Run(ctx, g, Config{Collective: AllReduce, Sizes: []int64{4, 8}, Iters: 1}, func(Result) error { return stop }); !errors.Is(err, stop) {
+	if err := Run(ctx, g, Config{Collective: AllReduce, Sizes: []int64{4, 8}, Iters: 1, WarmupTime: -1}, func(Result) error { return stop }); !errors.Is(err, stop) {
 		t.Errorf("emit error: got %v", err)
+	}
+}
+
+// TestRunWarmupLap checks the one ring-lap allreduce before the sweep: its
+// size, that it comes first and once, and that one rank skips it.
+func TestRunWarmupLap(t *testing.T) {
+	g := &fakeGroup{size: 2}
+	cfg := Config{Collective: Broadcast, Sizes: []int64{64, 128}, Iters: 1, WarmupTime: -1}
+	if err := Run(context.Background(), g, cfg, func(Result) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if g.calls[0] != "allreduce:sum" || g.bufs[0] != "float32×2097152" {
+		t.Errorf("first call %q on %q, want the default 8 MiB float32 sum allreduce", g.calls[0], g.bufs[0])
+	}
+	n := 0
+	for _, b := range g.bufs {
+		if b == "float32×2097152" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d lap allreduces, want 1: %v", n, g.calls)
+	}
+	g = &fakeGroup{size: 1}
+	if err := Run(context.Background(), g, Config{Collective: AllReduce, Sizes: []int64{4}, Iters: 1, WarmupBytes: 1 << 10, WarmupTime: -1}, func(Result) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if g.bufs[0] == "float32×256" {
+		t.Errorf("a one-rank group ran the lap warm-up: %v", g.calls)
+	}
+	// A failing lap names itself.
+	g = &fakeGroup{size: 2, failAt: 1, failErr: &comm.EngineError{Engine: "cpu", Msg: "boom"}}
+	err := Run(context.Background(), g, Config{Collective: AllReduce, Sizes: []int64{4}, Iters: 1, WarmupTime: -1}, func(Result) error { return nil })
+	if !errors.Is(err, comm.ErrEngine) || !strings.Contains(err.Error(), "warm-up allreduce of 8MiB") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// TestRunWarmupTime: batches of 100 4-byte allreduces, each followed by the
+// ranks' agreement, until the clock passes WarmupTime; a peer still warming
+// (its flag, Max-reduced in) keeps this rank going.
+func TestRunWarmupTime(t *testing.T) {
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	g := &fakeGroup{size: 2}
+	batches := 0
+	g.onFlag = func(flag []float32) {
+		batches++
+		if batches == 2 {
+			now = now.Add(time.Second) // this rank is done after batch 2...
+		}
+		if batches == 3 {
+			flag[0] = 1 // ...but the peer still warms in batch 3
+		}
+	}
+	cfg := Config{Collective: AllReduce, Sizes: []int64{4}, Iters: 1, WarmupBytes: -1, WarmupTime: 500 * time.Millisecond, Now: clock}
+	if err := Run(context.Background(), g, cfg, func(Result) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if batches != 4 {
+		t.Errorf("%d warm-up batches, want 4 (done on this rank after 2, on the peer after 4)", batches)
+	}
+	if n := len(g.calls); n != 4*101+4 {
+		t.Errorf("%d calls, want 4 batches of 100 + a flag, then a barrier, one iteration and the two combines", n)
 	}
 }
