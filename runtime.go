@@ -113,13 +113,13 @@ func initRuntime(ctx context.Context, opts ...Option) (*Runtime, error) {
 	if c.store != nil {
 		r.jobStore = c.store
 	} else {
-		ns, err := natsstore.Connect(ctx, natsstore.Options{
+		ns, err := natsstore.Dial(ctx, natsstore.Options{
 			URL: c.natsURL, Job: c.job,
 			Credentials: c.creds,
 			Timeout:     c.timeout,
 			Name:        fmt.Sprintf("ranktree/%s/rank-%d", c.job, c.rank),
 			Log:         r.log,
-		})
+		}, natsstore.DialPolicy{WaitWhenRefused: c.storeWait})
 		if err != nil {
 			return nil, fmt.Errorf("ranktree: rank %d: connecting the job store: %w", c.rank, err)
 		}
