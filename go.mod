@@ -3,7 +3,6 @@ module github.com/ranktree/ranktree
 go 1.26.0
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.3-0
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
 	github.com/ebitengine/purego v0.11.3
 	github.com/mattn/go-isatty v0.0.22
@@ -49,6 +48,7 @@ require (
 	github.com/prometheus/common v0.44.0 // indirect
 	github.com/prometheus/procfs v0.11.1 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
+	github.com/stretchr/testify v1.11.1 // indirect
 	github.com/twmb/murmur3 v1.1.8 // indirect
 	github.com/viterin/partial v1.1.0 // indirect
 	go.opentelemetry.io/otel v1.21.0 // indirect
