@@ -343,6 +343,7 @@ func (p *EventPublisher) flush() {
 }
 
 func (p *EventPublisher) publish(ev *Event) {
+	ev.SchemaVersion = EventSchemaVersion
 	data, err := json.Marshal(ev)
 	if err == nil {
 		subj, cached := p.subjects[ev.Kind]
