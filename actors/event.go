@@ -34,23 +34,24 @@ const EventSchemaVersion = 1
 // that do not apply to a kind are omitted. The publisher sets
 // SchemaVersion, Job, Rank and (when zero) Time.
 type Event struct {
-	SchemaVersion int       `json:"schema_version"` // EventSchemaVersion
-	Job           string    `json:"job"`
-	Rank          int       `json:"rank"` // global rank of the publisher
-	Kind          string    `json:"kind"`
-	Time          time.Time `json:"time"`
-	Group         string    `json:"group,omitempty"`
-	Epoch         uint32    `json:"epoch,omitempty"`
-	Seq           uint64    `json:"seq,omitempty"`
-	P2PSeq        uint64    `json:"p2p_seq,omitempty"`
-	Op            string    `json:"op,omitempty"`    // c10d OpType name, e.g. "ALLREDUCE"
-	State         string    `json:"state,omitempty"` // for KindWork
-	DType         string    `json:"dtype,omitempty"`
-	Count         int64     `json:"count,omitempty"`       // elements
-	DurUS         float64   `json:"duration_us,omitempty"` // for completed/failed work
-	Error         string    `json:"error,omitempty"`
-	Action        string    `json:"action,omitempty"` // watchdog/restart action taken
-	Dropped       uint64    `json:"dropped,omitempty"`
+	SchemaVersion int `json:"schema_version"` // EventSchemaVersion
+
+	Job     string    `json:"job"`
+	Rank    int       `json:"rank"` // global rank of the publisher
+	Kind    string    `json:"kind"`
+	Time    time.Time `json:"time"`
+	Group   string    `json:"group,omitempty"`
+	Epoch   uint32    `json:"epoch,omitempty"`
+	Seq     uint64    `json:"seq,omitempty"`
+	P2PSeq  uint64    `json:"p2p_seq,omitempty"`
+	Op      string    `json:"op,omitempty"`    // c10d OpType name, e.g. "ALLREDUCE"
+	State   string    `json:"state,omitempty"` // for KindWork
+	DType   string    `json:"dtype,omitempty"`
+	Count   int64     `json:"count,omitempty"`       // elements
+	DurUS   float64   `json:"duration_us,omitempty"` // for completed/failed work
+	Error   string    `json:"error,omitempty"`
+	Action  string    `json:"action,omitempty"` // watchdog/restart action taken
+	Dropped uint64    `json:"dropped,omitempty"`
 	// Detail carries kind-specific extras (device UUID, PCI bus id, engine).
 	Detail map[string]string `json:"detail,omitempty"`
 }
