@@ -119,6 +119,10 @@ type PublisherConfig struct {
 	// is published (0: DefaultFlushInterval). Error events (IsErrorEvent)
 	// are published at once.
 	FlushInterval time.Duration
+	// Tap, if set, sees every emitted event, before Level filters it (the
+	// rank's Prometheus metrics, internal/metrics). It runs on the
+	// emitter's goroutine and must be quick and non-blocking.
+	Tap func(*Event)
 }
 
 // EventPublisher is the event publisher actor of one rank. Emit hands it
@@ -224,6 +228,9 @@ func (p *EventPublisher) PID() *actor.PID { return p.pid }
 // are dropped and counted. Job, Rank and (if zero) Time are filled in.
 // Safe for concurrent use.
 func (p *EventPublisher) Emit(ev Event) {
+	if p.cfg.Tap != nil {
+		p.cfg.Tap(&ev)
+	}
 	if !p.cfg.Level.Allows(&ev) {
 		return
 	}

@@ -150,6 +150,7 @@ SLURM_LOCALID, SLURM_NODEID) and Kubernetes indexed Jobs
 	durationVar(fs, &f.cfg.RunnerTimeout, "runner-timeout", 30*time.Second, "with several nodes: abort the attempt when another runner's heartbeat is silent this long")
 	durationVar(fs, &f.cfg.Timeout, "timeout", 0, "collective default timeout given to ranks as RANKTREE_TIMEOUT (e.g. 10m)")
 	durationVar(fs, &f.cfg.StoreTimeout, "store-timeout", 60*time.Second, "bound on reaching the store")
+	fs.StringVar(&f.cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics: the runner's and, relayed, its ranks' (e.g. :9400; env RANKTREE_RUNNER_METRICS_ADDR)")
 	fs.BoolVar(&f.cfg.StoreWait, "store-wait", false, "keep retrying a store URL that refuses connections for the whole --store-timeout (default: give up after a few seconds of refused connections; env RANKTREE_STORE_WAIT)")
 	fs.StringVar(&f.cfg.LogDir, "log-dir", "", "write per-rank logs to DIR/<job>/attempt_<n>/<rank>/{stdout,stderr}.log")
 	fs.StringVarP(&f.tee, "tee", "t", "", "copy streams to log files too: 0 none, 1 stdout, 2 stderr, 3 both, or local_rank:N,...")
@@ -166,6 +167,9 @@ func runLaunch(cmd *cobra.Command, env Env, f *launchFlags, args []string) error
 	fs := cmd.Flags()
 	cfg := f.cfg
 	cfg.Creds = withEnvCreds(cfg.Creds, env.Getenv)
+	if cfg.MetricsAddr == "" {
+		cfg.MetricsAddr = env.Getenv("RANKTREE_RUNNER_METRICS_ADDR")
+	}
 	if !fs.Changed("store-wait") {
 		if v := env.Getenv(launcher.EnvStoreWait); v != "" {
 			b, err := strconv.ParseBool(v)

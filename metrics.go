@@ -1,0 +1,47 @@
+package ranktree
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/ranktree/ranktree/actors"
+	"github.com/ranktree/ranktree/internal/metrics"
+)
+
+// startMetrics serves this rank's Prometheus metrics on addr
+// (RANKTREE_METRICS_ADDR) before anything else starts, so an address that
+// cannot be bound fails Init at once with a *metrics.BindError naming it.
+// With RANKTREE_METRICS_ADDR_FILE set, the address actually bound is
+// written there (rankrunner relays the ranks' metrics from it).
+func (r *Runtime) startMetrics(addr string) error {
+	m := metrics.NewRank(r.job, r.rank)
+	srv, err := metrics.Serve(addr, m.Registry())
+	if err != nil {
+		return fmt.Errorf("ranktree: rank %d: %s: %w", r.rank, metrics.EnvAddr, err)
+	}
+	if f := os.Getenv(metrics.EnvAddrFile); f != "" {
+		if err := os.WriteFile(f, []byte(srv.Addr()), 0o644); err != nil {
+			_ = srv.Close()
+			return fmt.Errorf("ranktree: rank %d: %s: %w", r.rank, metrics.EnvAddrFile, err)
+		}
+	}
+	r.metrics, r.metricsSrv = m, srv
+	r.log.Info().Str("addr", srv.Addr()).Msg("serving Prometheus metrics at /metrics")
+	return nil
+}
+
+// metricsTap is the event tap feeding the rank's metrics (nil without).
+func (r *Runtime) metricsTap() func(*actors.Event) {
+	if r.metrics == nil {
+		return nil
+	}
+	return r.metrics.Observe
+}
+
+// stopMetrics stops serving metrics (idempotent).
+func (r *Runtime) stopMetrics() {
+	if r.metricsSrv != nil {
+		_ = r.metricsSrv.Close()
+		r.metricsSrv = nil
+	}
+}
