@@ -6,6 +6,7 @@ import (
 
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/internal/metrics"
+	"github.com/ranktree/ranktree/reducer"
 )
 
 // startMetrics serves this rank's Prometheus metrics on addr
@@ -44,4 +45,25 @@ func (r *Runtime) stopMetrics() {
 		_ = r.metricsSrv.Close()
 		r.metricsSrv = nil
 	}
+}
+
+// RegisterReducerMetrics adds a DDP reducer's figures to this rank's
+// Prometheus metrics (docs/metrics.md: ranktree_reducer_buckets,
+// ranktree_reducer_bucket_bytes, ranktree_reducer_iterations_total,
+// ranktree_reducer_overlap_ratio: the fraction of allreduce time hidden
+// behind backward, ranktree_reducer_wait_seconds), read from stats
+// (pass (*reducer.Reducer).Stats) at each scrape. Without
+// RANKTREE_METRICS_ADDR it does nothing and returns nil; a second reducer
+// on the same rank is an error.
+func (r *Runtime) RegisterReducerMetrics(stats func() reducer.Stats) error {
+	if r.metrics == nil {
+		return nil
+	}
+	if stats == nil {
+		return fmt.Errorf("ranktree: rank %d: RegisterReducerMetrics: nil stats", r.rank)
+	}
+	if err := r.metrics.AddReducer(stats); err != nil {
+		return fmt.Errorf("ranktree: rank %d: RegisterReducerMetrics: %w", r.rank, err)
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/reducer"
 )
 
 // EnvAddr names the environment variable with the address a rank serves
@@ -49,6 +50,8 @@ var DurationBuckets = prometheus.ExponentialBuckets(1e-6, 4, 14)
 
 // Rank holds one rank's metrics. Observe is safe for concurrent use.
 type Rank struct {
+	job                               string
+	rank                              int
 	reg                               *prometheus.Registry
 	started, completed, failed        *prometheus.CounterVec
 	duration                          *prometheus.HistogramVec
@@ -80,8 +83,8 @@ type groupChildren struct {
 // their own (with the Go runtime and process collectors). Every series
 // carries the constant labels job and rank.
 func NewRank(job string, rank int) *Rank {
-	cl := prometheus.Labels{"job": job, "rank": strconv.Itoa(rank)}
-	m := &Rank{reg: prometheus.NewRegistry(), ops: map[opKey]*opChildren{}, grp: map[string]*groupChildren{}}
+	cl := prometheus.Labels{"job": job, "rank": itoa(rank)}
+	m := &Rank{job: job, rank: rank, reg: prometheus.NewRegistry(), ops: map[opKey]*opChildren{}, grp: map[string]*groupChildren{}}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ranktree", Name: name, Help: help, ConstLabels: cl}, labels)
 		m.reg.MustRegister(v)
@@ -104,6 +107,14 @@ func NewRank(job string, rank int) *Rank {
 	m.restarts = counter("communicator_restarts_total", "Communicators re-created under a new epoch.", "group")
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// AddReducer registers a DDP reducer's figures (NewReducerCollector) on
+// the rank's registry. A second reducer on the same rank is an error.
+func (m *Rank) AddReducer(stats func() reducer.Stats) error {
+	return m.reg.Register(NewReducerCollector(m.job, m.rank, stats))
 }
 
 // Registry is the rank's registry (to serve or gather).

@@ -50,6 +50,10 @@ type Options struct {
 	// ProgressEvery is --progress-every: the interval of the plain progress
 	// lines when stderr is not a terminal (0: train.DefaultProgressEvery).
 	ProgressEvery time.Duration
+	// ReducerStats, if set (not a flag), is called once with the DDP
+	// reducer's Stats function when the reducer exists; main registers it
+	// as Prometheus metrics (ranktree.Runtime.RegisterReducerMetrics).
+	ReducerStats func(stats func() reducer.Stats) error
 }
 
 // ParseFlags parses args (without the program name) into Options, with
@@ -119,6 +123,11 @@ func Run(ctx context.Context, o Options, g reducer.Group, log zerolog.Logger, st
 	sync, err := ddp.New(ctx, g, m, int(o.BucketCapMB*(1<<20)), log)
 	if err != nil {
 		return nil, err
+	}
+	if o.ReducerStats != nil {
+		if err := o.ReducerStats(sync.Reducer().Stats); err != nil {
+			return nil, err
+		}
 	}
 	cfg := train.Config{
 		Epochs: o.Epochs, GlobalBatch: o.BatchSize, Seed: o.Seed,
