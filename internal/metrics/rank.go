@@ -60,9 +60,10 @@ type Rank struct {
 	timeouts, abortsSent, abortsRecvd *prometheus.CounterVec
 	restarts                          *prometheus.CounterVec
 
-	mu  sync.Mutex
-	ops map[opKey]*opChildren
-	grp map[string]*groupChildren
+	mu      sync.Mutex
+	ops     map[opKey]*opChildren
+	grp     map[string]*groupChildren
+	engines map[string]string // group → engine, from comm_init events
 }
 
 type opKey struct{ group, op string }
@@ -84,7 +85,8 @@ type groupChildren struct {
 // carries the constant labels job and rank.
 func NewRank(job string, rank int) *Rank {
 	cl := prometheus.Labels{"job": job, "rank": itoa(rank)}
-	m := &Rank{job: job, rank: rank, reg: prometheus.NewRegistry(), ops: map[opKey]*opChildren{}, grp: map[string]*groupChildren{}}
+	m := &Rank{job: job, rank: rank, reg: prometheus.NewRegistry(), ops: map[opKey]*opChildren{}, grp: map[string]*groupChildren{},
+		engines: map[string]string{}}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ranktree", Name: name, Help: help, ConstLabels: cl}, labels)
 		m.reg.MustRegister(v)
@@ -93,7 +95,7 @@ func NewRank(job string, rank int) *Rank {
 	m.started = counter("collectives_started_total", "Collectives and p2p ops scheduled on a communicator.", "group", "op")
 	m.completed = counter("collectives_completed_total", "Ops that completed successfully.", "group", "op")
 	m.failed = counter("collectives_failed_total", "Ops that failed (timeout, abort, engine error).", "group", "op")
-	m.bytes = counter("collective_bytes_total", "Bytes of the ops' buffers (count × element size) of completed ops.", "group", "op")
+	m.bytes = counter("collective_bytes_total", "Bytes of the ops' buffers (count × element size) of completed ops, by the group's engine (cpu: shm/tcp, nccl).", "group", "op", "engine")
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ranktree", Name: "collective_duration_seconds",
 		Help: "Time from an op's start on the engine to its completion, by op type and message-size class.", ConstLabels: cl,
 		Buckets: DurationBuckets}, []string{"op", "size"})
@@ -126,9 +128,13 @@ func (m *Rank) opChildren(group, op string) *opChildren {
 	if c := m.ops[opKey{group, op}]; c != nil {
 		return c
 	}
+	engine := m.engines[group]
+	if engine == "" {
+		engine = "unknown"
+	}
 	c := &opChildren{
 		started: m.started.WithLabelValues(group, op), completed: m.completed.WithLabelValues(group, op),
-		failed: m.failed.WithLabelValues(group, op), bytes: m.bytes.WithLabelValues(group, op),
+		failed: m.failed.WithLabelValues(group, op), bytes: m.bytes.WithLabelValues(group, op, engine),
 		inflight: m.inflight.WithLabelValues(group, op),
 	}
 	for i, b := range SizeBuckets {
@@ -181,6 +187,12 @@ const remoteAbortPrefix = "comm: communicator aborted by a failure at rank"
 // comm_abort caused by a peer, and restart "restart" count the rest.
 func (m *Rank) Observe(ev *actors.Event) {
 	switch ev.Kind {
+	case actors.KindCommInit:
+		if e := ev.Detail["engine"]; e != "" {
+			m.mu.Lock()
+			m.engines[ev.Group] = e
+			m.mu.Unlock()
+		}
 	case actors.KindWork:
 		c := m.opChildren(ev.Group, ev.Op)
 		switch ev.State {
