@@ -9,6 +9,16 @@ import (
 	"github.com/ranktree/ranktree/reducer"
 )
 
+// EnvMetricsAddr names the variable with the address (host:port; port 0:
+// any free port) where Init serves this rank's Prometheus metrics at
+// /metrics (docs/metrics.md). Unset: no metrics are served.
+const EnvMetricsAddr = metrics.EnvAddr
+
+// MetricsBindError is returned by Init when EnvMetricsAddr cannot be
+// listened on (in use, malformed, not local); it names the address, and
+// Init has connected nothing yet. Use errors.As.
+type MetricsBindError = metrics.BindError
+
 // startMetrics serves this rank's Prometheus metrics on addr
 // (RANKTREE_METRICS_ADDR) before anything else starts, so an address that
 // cannot be bound fails Init at once with a *metrics.BindError naming it.

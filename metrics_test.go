@@ -12,7 +12,7 @@ import (
 
 // TestInitMetricsAddrBusy: a RANKTREE_METRICS_ADDR that cannot be bound
 // fails Init at once, before connecting anything, with a
-// *metrics.BindError naming the address.
+// *MetricsBindError naming the address.
 func TestInitMetricsAddrBusy(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -20,10 +20,10 @@ func TestInitMetricsAddrBusy(t *testing.T) {
 	}
 	defer l.Close()
 	env := goodEnv() // its store URL refuses: reaching it would take seconds
-	env[metrics.EnvAddr] = l.Addr().String()
+	env[EnvMetricsAddr] = l.Addr().String()
 	setEnv(t, env)
 	_, err = Init(context.Background(), quiet())
-	var be *metrics.BindError
+	var be *MetricsBindError
 	if !errors.As(err, &be) || be.Addr != l.Addr().String() || !strings.Contains(err.Error(), metrics.EnvAddr) {
 		t.Fatalf("Init: %v, want a *metrics.BindError naming %s and %s", err, metrics.EnvAddr, l.Addr())
 	}
