@@ -168,3 +168,73 @@ func TestRankrunnerMetricsAddrBusy(t *testing.T) {
 		t.Errorf("a rank ran although the metrics address was busy")
 	}
 }
+
+// TestRankrunnerMetricsFaults: an allreduce that rank 1 never joins times
+// out on rank 0 (CleanupOnly keeps both alive); the scraped counters match
+// what happened: rank 0 has one failed ALLREDUCE, one watchdog timeout and
+// one abort sent; rank 1 one abort received; nothing is left in flight.
+func TestRankrunnerMetricsFaults(t *testing.T) {
+	t.Parallel()
+	const n = 5
+	prog := rrBuildProg(t, "metricsprog")
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", rrFreePort(t))
+	p := rrStartRunnerEnv(t, []string{"RANKTREE_ASYNC_ERROR_HANDLING=CleanupOnly"}, "--nproc-per-node", "2", "--job-id", "metricsfault",
+		"--timeout", "1s", "--metrics-addr", addr, prog, dir, fmt.Sprint(n), "hang")
+	deadline := time.Now().Add(90 * time.Second)
+	for r := 0; r < 2; r++ {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err == nil {
+				break
+			}
+			select {
+			case <-p.done:
+				t.Fatalf("rankrunner exited %d before rank %d was ready", p.code, r)
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d not ready", r)
+			}
+		}
+	}
+	type want struct {
+		rank  string
+		name  string
+		extra map[string]string
+		value float64
+	}
+	wants := []want{
+		{"0", "ranktree_collectives_completed_total", map[string]string{"op": "ALLREDUCE"}, n},
+		{"0", "ranktree_collectives_failed_total", map[string]string{"op": "ALLREDUCE"}, 1},
+		{"0", "ranktree_collectives_in_flight", map[string]string{"op": "ALLREDUCE"}, 0},
+		{"0", "ranktree_watchdog_timeouts_total", nil, 1},
+		{"0", "ranktree_aborts_sent_total", nil, 1},
+		{"1", "ranktree_collectives_completed_total", map[string]string{"op": "ALLREDUCE"}, n},
+		{"1", "ranktree_aborts_received_total", nil, 1},
+	}
+	var bad []string
+	for end := time.Now().Add(20 * time.Second); ; {
+		fams := rrScrape(t, addr)
+		bad = bad[:0]
+		for _, w := range wants {
+			l := map[string]string{"rank": w.rank, "group": "default_pg"}
+			for k, v := range w.extra {
+				l[k] = v
+			}
+			if got := rrValue(fams, w.name, l); got != w.value {
+				bad = append(bad, fmt.Sprintf("rank %s %s = %v, want %v", w.rank, w.name, got, w.value))
+			}
+		}
+		if len(bad) == 0 || time.Now().After(end) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 60*time.Second)
+}

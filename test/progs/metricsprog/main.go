@@ -1,15 +1,20 @@
 // Command metricsprog is a rank program of the metrics end-to-end test:
 //
-//	metricsprog DIR N
+//	metricsprog DIR N [hang]
 //
 // joins the job (ranktree.Init), runs N allreduces of 4 float32 on the
 // world group, checks their sums, writes DIR/ready-<rank> and waits (up to
 // 60 s) for DIR/go before closing, so the test can scrape the metrics of a
-// running job. Errors print "metricsprog: <error>" and exit 1.
+// running job. With "hang", rank 0 then launches one more allreduce that
+// rank 1 never joins and expects it to fail with comm.ErrTimeout (run it
+// with a short RANKTREE_TIMEOUT and RANKTREE_ASYNC_ERROR_HANDLING=CleanupOnly
+// so the processes survive the abort) before writing its ready file.
+// Errors print "metricsprog: <error>" and exit 1.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,8 +33,8 @@ func main() {
 }
 
 func run() error {
-	if len(os.Args) != 3 {
-		return fmt.Errorf("usage: metricsprog DIR N")
+	if len(os.Args) != 3 && (len(os.Args) != 4 || os.Args[3] != "hang") {
+		return fmt.Errorf("usage: metricsprog DIR N [hang]")
 	}
 	dir := os.Args[1]
 	n, err := strconv.Atoi(os.Args[2])
@@ -51,6 +56,12 @@ func run() error {
 		}
 		if w := float32(rt.WorldSize()); x[0] != w || x[1] != 2*w {
 			return fmt.Errorf("allreduce %d: got %v", i, x)
+		}
+	}
+	if len(os.Args) == 4 && rt.Rank() == 0 {
+		err := pg.AllReduce(ctx, comm.HostBuffer([]float32{1}), comm.Sum).Wait(ctx)
+		if !errors.Is(err, comm.ErrTimeout) {
+			return fmt.Errorf("the allreduce rank 1 never joined: %v, want comm.ErrTimeout", err)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "ready-"+strconv.Itoa(rt.Rank())), nil, 0o644); err != nil {
