@@ -22,6 +22,10 @@ const (
 	EnvRestartCount   = "RANKTREE_RESTART_COUNT" // 0 for the first attempt, +1 per restart (default 0)
 	EnvTimeout        = "RANKTREE_TIMEOUT"       // collective default timeout (read by the supervisor; default 10m)
 	EnvStoreTimeout   = "RANKTREE_STORE_TIMEOUT" // store/init-barrier timeout as a Go duration (default 5m)
+	// EnvStoreWait, set to 1/true, keeps retrying a store URL that refuses
+	// connections for the whole store timeout; unset or 0/false, refused
+	// connections end Init after natsstore.DefaultRefusedGrace.
+	EnvStoreWait = "RANKTREE_STORE_WAIT"
 
 	EnvNATSToken    = "RANKTREE_NATS_TOKEN"    // NATS auth token
 	EnvNATSUser     = "RANKTREE_NATS_USER"     // NATS user (with EnvNATSPassword)
@@ -145,6 +149,13 @@ func (c *config) fromEnv(lookup func(string) (string, bool)) error {
 			}
 			c.timeout, c.timeoutSet = d, true
 		}
+	}
+	if s, ok := lookup(EnvStoreWait); ok && s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return &EnvError{Var: EnvStoreWait, Value: s, Msg: "not a boolean (1, true, 0, false)"}
+		}
+		c.storeWait = b
 	}
 	for _, v := range []struct {
 		name string

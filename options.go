@@ -27,6 +27,7 @@ type config struct {
 	natsURLSet, jobSet bool
 	timeout            time.Duration
 	timeoutSet         bool
+	storeWait          bool // RANKTREE_STORE_WAIT (environment only)
 	store              store.Store
 	log                *zerolog.Logger
 	creds              natsstore.Credentials // RANKTREE_NATS_* (environment only)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/ranktree/ranktree/internal/metrics"
 	"github.com/ranktree/ranktree/store"
 	"github.com/ranktree/ranktree/store/natsstore"
 )
@@ -47,6 +48,9 @@ type Runtime struct {
 	// Fields for the default group, NewGroup's registry and the engines go
 	// here; register their teardown with r.onClose.
 	grp groups // world.go
+
+	metrics    *metrics.Rank   // nil unless RANKTREE_METRICS_ADDR (metrics.go)
+	metricsSrv *metrics.Server // serves metrics; closed with the store
 }
 
 // Init joins the job described by the env contract (see the package doc),
@@ -110,17 +114,23 @@ func initRuntime(ctx context.Context, opts ...Option) (*Runtime, error) {
 			Int("local_rank", c.localRank).Int("restart", c.restartCount).Logger(),
 		done: make(chan struct{}),
 	}
+	if addr := os.Getenv(metrics.EnvAddr); addr != "" {
+		if err := r.startMetrics(addr); err != nil {
+			return nil, err
+		}
+	}
 	if c.store != nil {
 		r.jobStore = c.store
 	} else {
-		ns, err := natsstore.Connect(ctx, natsstore.Options{
+		ns, err := natsstore.Dial(ctx, natsstore.Options{
 			URL: c.natsURL, Job: c.job,
 			Credentials: c.creds,
 			Timeout:     c.timeout,
 			Name:        fmt.Sprintf("ranktree/%s/rank-%d", c.job, c.rank),
 			Log:         r.log,
-		})
+		}, natsstore.DialPolicy{WaitWhenRefused: c.storeWait})
 		if err != nil {
+			r.stopMetrics()
 			return nil, fmt.Errorf("ranktree: rank %d: connecting the job store: %w", c.rank, err)
 		}
 		r.jobStore, r.ownsStore, r.nc = ns, true, ns.Conn()
@@ -247,6 +257,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 }
 
 func (r *Runtime) teardownStore() error {
+	r.stopMetrics()
 	var err error
 	if r.st != nil {
 		err = r.st.Close()

@@ -252,7 +252,7 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 		actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet })))
 	g.sv, err = supervisor.StartRank(g.system, supervisor.RankConfig{
 		Job: r.job, Rank: r.rank, WorldSize: r.worldSize, Cfg: sup, Store: r.st, NATS: r.nc, Log: r.log,
-		Exit: c.supOpts.exit,
+		Exit: c.supOpts.exit, EventTap: r.metricsTap(),
 	})
 	if err != nil {
 		g.system.Shutdown()

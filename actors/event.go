@@ -24,9 +24,18 @@ const (
 	StateFailed    = "failed"
 )
 
+// EventSchemaVersion is the version of the event JSON (docs/events.md,
+// docs/events.schema.json) carried in every event as "schema_version". It
+// grows by one whenever a field's meaning changes or a field or kind is
+// removed; consumers should accept unknown kinds and ignore unknown detail keys.
+const EventSchemaVersion = 1
+
 // Event is one JSON message on ranktree.<job>.events.<rank>.<kind>. Fields
-// that do not apply to a kind are omitted.
+// that do not apply to a kind are omitted. The publisher sets
+// SchemaVersion, Job, Rank and (when zero) Time.
 type Event struct {
+	SchemaVersion int `json:"schema_version"` // EventSchemaVersion
+
 	Job     string    `json:"job"`
 	Rank    int       `json:"rank"` // global rank of the publisher
 	Kind    string    `json:"kind"`

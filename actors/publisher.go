@@ -141,6 +141,10 @@ type PublisherConfig struct {
 	// SlowOp is the duration from which a completed Work's event is always
 	// published (0: DefaultSlowOp).
 	SlowOp time.Duration
+	// Tap, if set, sees every emitted event, before Level filters it (the
+	// rank's Prometheus metrics, internal/metrics). It runs on the
+	// emitter's goroutine and must be quick and non-blocking.
+	Tap func(*Event)
 }
 
 // EventPublisher is the event publisher actor of one rank. Successful Work
@@ -259,6 +263,9 @@ func (p *EventPublisher) PID() *actor.PID { return p.pid }
 // are dropped and counted. Job, Rank and (if zero) Time are filled in.
 // Safe for concurrent use.
 func (p *EventPublisher) Emit(ev Event) {
+	if p.cfg.Tap != nil {
+		p.cfg.Tap(&ev)
+	}
 	if !p.cfg.Level.Allows(&ev) {
 		return
 	}
@@ -410,6 +417,7 @@ func (p *EventPublisher) flush() {
 }
 
 func (p *EventPublisher) publish(ev *Event) {
+	ev.SchemaVersion = EventSchemaVersion
 	data, err := json.Marshal(ev)
 	if err == nil {
 		subj, cached := p.subjects[ev.Kind]

@@ -38,6 +38,10 @@ type RankConfig struct {
 	// later requests are ignored (with os.Exit there are none).
 	Exit func(code int)
 	Log  zerolog.Logger
+	// EventTap, if set, sees every event the rank emits, whatever
+	// RANKTREE_EVENTS says (actors.PublisherConfig.Tap; the rank's
+	// Prometheus metrics). With it, the publisher exists even with events off.
+	EventTap func(*actors.Event)
 }
 
 // Engine is what the watchdog needs of a communicator's engine (comm.Backend
@@ -89,8 +93,8 @@ func StartRank(system *actor.ActorSystem, cfg RankConfig) (*Rank, error) {
 	dumper := Dumper{Rec: r.Recorder, Dir: c.TraceDir, Store: cfg.Store}
 	r.dumper = dumper
 	var sink EventSink
-	if cfg.NATS != nil && c.Events != actors.EventsOff {
-		r.Events, err = actors.NewEventPublisher(cfg.NATS, actors.PublisherConfig{Job: cfg.Job, Rank: cfg.Rank, Level: c.Events, Log: cfg.Log})
+	if cfg.NATS != nil && (c.Events != actors.EventsOff || cfg.EventTap != nil) {
+		r.Events, err = actors.NewEventPublisher(cfg.NATS, actors.PublisherConfig{Job: cfg.Job, Rank: cfg.Rank, Level: c.Events, Log: cfg.Log, Tap: cfg.EventTap})
 		if err != nil {
 			return nil, err
 		}

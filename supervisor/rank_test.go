@@ -11,6 +11,7 @@ import (
 
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/internal/eventschema"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -62,10 +63,17 @@ func TestRankWiring(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 	seen := map[string]bool{}
+	schema, err := eventschema.Load("..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		m, err := sub.NextMsg(time.Second)
 		if err != nil {
 			break
+		}
+		if err := schema.Validate(m.Data); err != nil {
+			t.Errorf("event on %s breaks docs/events.schema.json: %v", m.Subject, err)
 		}
 		var ev actors.Event
 		if json.Unmarshal(m.Data, &ev) == nil {

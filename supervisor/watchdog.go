@@ -516,9 +516,10 @@ func (wd *Watchdog) apply(acts []Action) {
 				continue
 			}
 			delete(wd.works, a.ID)
-			if tw.w.Complete(a.Err) {
-				wd.emitWork(tw, actors.StateFailed)
-			}
+			// The abort above may have completed the Work first (with its
+			// own error); either way this is its last event.
+			tw.w.Complete(a.Err)
+			wd.emitWork(tw, stateOf(tw.w.Err()))
 			if errors.Is(a.Err, comm.ErrTimeout) {
 				log.Error().Err(a.Err).Int("rank", wd.cfg.Rank).Str("group", tw.group).Uint64("seq", tw.fp.Seq).Msg("watchdog: work timed out")
 				wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: tw.group, Epoch: tw.epoch, Seq: tw.fp.Seq,

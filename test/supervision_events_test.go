@@ -11,15 +11,21 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ranktree/ranktree/actors"
+	"github.com/ranktree/ranktree/internal/eventschema"
 )
 
 // spSubscribe subscribes to every event of job on the NATS server at url
 // (before the ranks start) and returns a function that, once the ranks have
 // exited, waits briefly for delivery and returns the events received. An
 // event that is not valid JSON or arrives on a subject other than
-// ranktree.<job>.events.<its rank>.<its kind> fails the test.
+// ranktree.<job>.events.<its rank>.<its kind>, or that does not validate
+// against docs/events.schema.json, fails the test.
 func spSubscribe(t *testing.T, url, job string) func() []actors.Event {
 	t.Helper()
+	schema, err := eventschema.Load("..")
+	if err != nil {
+		t.Fatal(err)
+	}
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -35,6 +41,9 @@ func spSubscribe(t *testing.T, url, job string) func() []actors.Event {
 		}
 		if m.Subject != actors.EventSubject(job, ev.Rank, ev.Kind) {
 			t.Errorf("event of rank %d kind %s on subject %s", ev.Rank, ev.Kind, m.Subject)
+		}
+		if err := schema.Validate(m.Data); err != nil {
+			t.Errorf("event on %s breaks the schema: %v", m.Subject, err)
 		}
 		mu.Lock()
 		events = append(events, ev)

@@ -26,5 +26,5 @@
 // Every failed call returns a *Error carrying the CUresult, its name and
 // text (cuGetErrorName, cuGetErrorString) and the function called; it
 // unwraps to comm.ErrEngine. The subpackage nvmlinfo reports NVML device
-// UUIDs and PCI bus ids (go-nvml).
+// UUIDs and PCI bus ids (NVML loaded at run time, no cgo).
 package cuda

@@ -94,6 +94,7 @@ func run(args []string) int {
 	if rt.Rank() != 0 {
 		log = log.Level(zerolog.WarnLevel) // other ranks print only problems
 	}
+	o.ReducerStats = rt.RegisterReducerMetrics // a no-op without RANKTREE_METRICS_ADDR
 	if _, err := job.Run(ctx, o, rt.World(), log, os.Stdout, os.Stderr); err != nil {
 		log.Error().Err(err).Int("rank", rt.Rank()).Msg("mnist failed")
 		fmt.Fprintf(os.Stderr, "mnist: rank %d of %d: %v\n", rt.Rank(), rt.WorldSize(), err)

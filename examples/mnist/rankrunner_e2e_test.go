@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +38,14 @@ func TestMainJobThroughRankrunner(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("rankrunner: %v\n%s", err, out)
+	}
+	// Ranks write to pipes: rank 0's progress is plain lines, each whole
+	// under its prefix, never a bar's carriage returns.
+	if strings.Contains(string(out), "\r") {
+		t.Errorf("carriage returns in the output of a run that is not on a terminal:\n%q", out)
+	}
+	if !regexp.MustCompile(`(?m)^\[rank 0\] epoch 1/1 step \d+ samples 6400/6400 \(100%\) samples/s \d+ loss [0-9.]+ eta \S+ done in `).Match(out) {
+		t.Errorf("no plain epoch-end progress line from rank 0:\n%s", out)
 	}
 	type report struct {
 		Rank      int     `json:"rank"`

@@ -1,11 +1,12 @@
-// Package nvmlinfo discovers GPUs through NVML (go-nvml): their count,
+// Package nvmlinfo discovers GPUs through NVML: their count,
 // UUIDs and PCI bus ids, for rank-to-device placement and for events. A
 // rank's device is its LOCAL_RANK modulo the GPU count (torchrun's
 // convention: one process per GPU on a node).
 //
-// NVML is loaded lazily (libnvidia-ml.so.1); where it is absent, or the
-// binary was built without cgo, Devices returns an error wrapping
-// ErrUnavailable (and comm.ErrUnsupported) and nothing crashes.
+// NVML is loaded at run time (libnvidia-ml.so.1, or RANKTREE_NVML_LIB)
+// through purego, as comm/cuda loads libcuda: the build needs no cgo and
+// prints no warning. Where NVML is absent, Devices returns an error
+// wrapping ErrUnavailable (and comm.ErrUnsupported) and nothing crashes.
 package nvmlinfo
 
 import (
@@ -17,7 +18,7 @@ import (
 )
 
 // ErrUnavailable says NVML could not be used on this machine: no driver,
-// no libnvidia-ml, or a build without cgo. It wraps comm.ErrUnsupported.
+// no libnvidia-ml, or no GPU. It wraps comm.ErrUnsupported.
 var ErrUnavailable = fmt.Errorf("%w: NVML unavailable", comm.ErrUnsupported)
 
 // Device is one GPU as NVML reports it.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"unsafe"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -57,4 +58,16 @@ func TestDevices(t *testing.T) {
 		return
 	}
 	t.Logf("NVML present: %+v", ds)
+}
+
+// TestStructLayouts pins the C layouts Devices passes to NVML (nvml.h):
+// nvmlPciInfo_t is 68 bytes with busId at offset 36, nvmlMemory_t 24.
+func TestStructLayouts(t *testing.T) {
+	var p pciInfo
+	if s, o := unsafe.Sizeof(p), unsafe.Offsetof(p.busID); s != 68 || o != 36 {
+		t.Errorf("pciInfo: size %d, busId offset %d; want 68, 36", s, o)
+	}
+	if s := unsafe.Sizeof(memoryInfo{}); s != 24 {
+		t.Errorf("memoryInfo: size %d, want 24", s)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"time"
 
@@ -150,6 +151,8 @@ SLURM_LOCALID, SLURM_NODEID) and Kubernetes indexed Jobs
 	durationVar(fs, &f.cfg.Timeout, "timeout", 0, "collective default timeout given to ranks as RANKTREE_TIMEOUT (e.g. 10m)")
 	durationVar(fs, &f.cfg.StoreTimeout, "store-timeout", 60*time.Second, "bound on reaching the store")
 	fs.StringVar(&f.cfg.CPUBind, "cpu-bind", launcher.CPUBindCore, "bind local ranks to CPUs: core (each rank its own block of the runner's CPUs; nothing when ranks outnumber CPUs) or none")
+	fs.StringVar(&f.cfg.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics: the runner's and, relayed, its ranks' (e.g. :9400; env RANKTREE_RUNNER_METRICS_ADDR)")
+	fs.BoolVar(&f.cfg.StoreWait, "store-wait", false, "keep retrying a store URL that refuses connections for the whole --store-timeout (default: give up after a few seconds of refused connections; env RANKTREE_STORE_WAIT)")
 	fs.StringVar(&f.cfg.LogDir, "log-dir", "", "write per-rank logs to DIR/<job>/attempt_<n>/<rank>/{stdout,stderr}.log")
 	fs.StringVarP(&f.tee, "tee", "t", "", "copy streams to log files too: 0 none, 1 stdout, 2 stderr, 3 both, or local_rank:N,...")
 	fs.StringVarP(&f.redirect, "redirects", "r", "", "send streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or local_rank:N,...")
@@ -165,6 +168,18 @@ func runLaunch(cmd *cobra.Command, env Env, f *launchFlags, args []string) error
 	fs := cmd.Flags()
 	cfg := f.cfg
 	cfg.Creds = withEnvCreds(cfg.Creds, env.Getenv)
+	if cfg.MetricsAddr == "" {
+		cfg.MetricsAddr = env.Getenv("RANKTREE_RUNNER_METRICS_ADDR")
+	}
+	if !fs.Changed("store-wait") {
+		if v := env.Getenv(launcher.EnvStoreWait); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return usagef("%s=%q is not a boolean (1, true, 0, false)", launcher.EnvStoreWait, v)
+			}
+			cfg.StoreWait = b
+		}
+	}
 	// Runner logs and ranks' stderr lines share stderr: one lock keeps
 	// every line whole.
 	stderr := &syncWriter{w: env.Stderr}

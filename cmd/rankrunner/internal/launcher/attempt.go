@@ -81,7 +81,7 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 		errFile := r.errorFile(n, slot.Rank)
 		var p *proc
 		if err == nil {
-			env := rankEnv(r.cfg, r.url, slot, r.world, r.localWorld, n, errFile)
+			env := append(rankEnv(r.cfg, r.url, slot, r.world, r.localWorld, n, errFile), r.metrics.rankEnv(n, slot.Rank)...)
 			var cpus []int
 			if binds != nil {
 				cpus = binds[i]
@@ -97,9 +97,11 @@ func (r *runner) runAttempt(ctx context.Context, n int, sigs <-chan os.Signal) (
 			continue
 		}
 		procs[i] = p
+		r.metrics.rankStarted()
 		log.Debug().Int("rank", slot.Rank).Int("local_rank", slot.LocalRank).Int("pid", p.pid).Msg("rank started")
 		go func() {
 			code, sig := p.wait()
+			r.metrics.rankExited()
 			drained := make(chan struct{})
 			go func() { p.pumps.Wait(); close(drained) }()
 			select {

@@ -164,6 +164,16 @@ type Config struct {
 	Timeout time.Duration
 	// StoreTimeout bounds connecting to the store (default 60s).
 	StoreTimeout time.Duration
+	// StoreWait keeps retrying a store URL that refuses connections for
+	// the whole StoreTimeout (a server that starts later). Off, refused
+	// connections end the runner after natsstore.DefaultRefusedGrace. The
+	// ranks get it as RANKTREE_STORE_WAIT=1.
+	StoreWait bool
+	// MetricsAddr, when set, is where the runner serves Prometheus metrics
+	// (host:port): its own (ranks alive, restarts, attempt outcomes) and,
+	// relayed, its ranks' (each rank serves on a free loopback port). An
+	// address that cannot be bound stops the runner before anything starts.
+	MetricsAddr string
 
 	// LogDir, when set, receives per-rank log files
 	// LogDir/<job>/attempt_<n>/<rank>/{stdout,stderr}.log for the streams

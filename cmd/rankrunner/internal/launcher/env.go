@@ -31,6 +31,9 @@ func rankEnv(cfg *Config, url string, slot RankSlot, worldSize, localWorld, atte
 	if errFile != "" {
 		env = append(env, EnvErrorFile+"="+errFile)
 	}
+	if cfg.StoreWait {
+		env = append(env, EnvStoreWait+"=1")
+	}
 	if cfg.Timeout > 0 {
 		env = append(env, EnvTimeout+"="+cfg.Timeout.String())
 	}

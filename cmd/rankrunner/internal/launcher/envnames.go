@@ -16,6 +16,7 @@ const (
 	EnvJob            = ranktree.EnvJob            // job id (KV bucket and event subjects)
 	EnvRestartCount   = ranktree.EnvRestartCount   // 0 for the first attempt, +1 per restart
 	EnvTimeout        = ranktree.EnvTimeout        // collective default timeout, Go duration
+	EnvStoreWait      = ranktree.EnvStoreWait      // keep retrying a refused store URL
 	EnvErrorFile      = ranktree.EnvErrorFile      // where the rank writes the error that ends it
 )
 

@@ -1,7 +1,7 @@
 package launcher
 
 import (
-	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -17,15 +17,14 @@ type console struct {
 	w  io.Writer
 }
 
+// writeLine writes prefix, line (without its terminator) and '\n' at once.
 func (c *console) writeLine(prefix, line []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	buf := make([]byte, 0, len(prefix)+len(line)+1)
 	buf = append(buf, prefix...)
 	buf = append(buf, line...)
-	if len(line) == 0 || line[len(line)-1] != '\n' {
-		buf = append(buf, '\n')
-	}
+	buf = append(buf, '\n')
 	_, _ = c.w.Write(buf) // the console going away must not stop the rank
 }
 
@@ -47,8 +46,15 @@ func rankPrefix(rank int, color bool) []byte {
 	return []byte(fmt.Sprintf("\x1b[%dm[rank %d]\x1b[0m ", rankColors[rank%len(rankColors)], rank))
 }
 
-// pump copies one stream of a rank line by line to the console (prefixed)
-// and/or a log file (verbatim). Lines longer than 64 KiB are split.
+// maxLine bounds a console line: longer lines (no '\n' or '\r' within
+// 1 MiB) are cut there, the only place a line is ever split.
+const maxLine = 1 << 20
+
+// pump copies one stream of a rank to the console (each line prefixed)
+// and/or a log file (verbatim). A console line ends at '\n', "\r\n" or a
+// lone '\r' (a progress bar's redraw becomes a line of its own instead of
+// piling up after one prefix); a partial write is held until its line ends,
+// so lines are never split in the middle (up to maxLine).
 type pump struct {
 	prefix []byte
 	con    *console // nil: redirected to the file only
@@ -57,26 +63,64 @@ type pump struct {
 }
 
 func (p pump) run(r io.Reader) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	buf := make([]byte, 64<<10)
+	var acc []byte // bytes read but not yet written to the console
 	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			if p.tail != nil {
-				p.tail.observe(line)
-			}
+		n, err := r.Read(buf)
+		if n > 0 {
 			if p.file != nil {
-				_, _ = p.file.Write(line)
+				_, _ = p.file.Write(buf[:n])
 			}
-			if p.con != nil {
-				p.con.writeLine(p.prefix, line)
-			}
-		}
-		if err == bufio.ErrBufferFull {
-			continue
+			acc = p.lines(append(acc, buf[:n]...), false)
 		}
 		if err != nil {
+			p.lines(acc, true)
 			return
 		}
+	}
+}
+
+// lines emits every complete line at the start of acc and returns the
+// rest, moved to acc's start. At eof the rest is a line too.
+func (p pump) lines(acc []byte, eof bool) []byte {
+	rest := acc
+	for len(rest) > 0 {
+		i := bytes.IndexAny(rest, "\r\n")
+		end, cr := 0, false
+		switch {
+		case i < 0 && len(rest) >= maxLine:
+			end = maxLine
+		case i < 0 && eof:
+			end = len(rest)
+		case i < 0:
+		case rest[i] == '\n':
+			end = i + 1
+		case i+1 < len(rest) && rest[i+1] == '\n':
+			end = i + 2 // "\r\n"
+		case i+1 < len(rest) || eof:
+			end, cr = i+1, true
+		}
+		if end == 0 {
+			break // wait for the line's end (or whether '\r' is "\r\n")
+		}
+		p.emit(rest[:end], cr)
+		rest = rest[end:]
+	}
+	return append(acc[:0], rest...)
+}
+
+// emit sends one line (with its terminator) to the error tail and the
+// console; a lone '\r' ending nothing (a redraw's leading '\r') is dropped.
+func (p pump) emit(line []byte, cr bool) {
+	text := bytes.TrimRight(line, "\r\n")
+	if cr && len(text) == 0 {
+		return
+	}
+	if p.tail != nil {
+		p.tail.observe(line)
+	}
+	if p.con != nil {
+		p.con.writeLine(p.prefix, text)
 	}
 }
 

@@ -59,3 +59,38 @@ func BenchmarkPumpLines(b *testing.B) {
 		p.run(strings.NewReader(data))
 	}
 }
+
+// TestPumpCarriageReturnsAndPartialWrites: a progress bar's "\r" redraws
+// become lines of their own, "\r\n" ends one line, a line written in
+// pieces (partial writes, even across the reader's buffer) comes out
+// whole, and a 200 KiB line is never split.
+func TestPumpCarriageReturnsAndPartialWrites(t *testing.T) {
+	var buf bytes.Buffer
+	con := &console{w: &buf}
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() { pump{prefix: rankPrefix(2, false), con: con}.run(pr); close(done) }()
+	long := strings.Repeat("z", 200<<10)
+	for _, w := range []string{"\r 10%", "\r 20%", "\r100%\n", "dos line\r\n", "par", "tial ", "line\n",
+		long[:100<<10], long[100<<10:] + "\n", "\r", "\n", "last"} {
+		if _, err := pw.Write([]byte(w)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pw.Close()
+	<-done
+	want := []string{"[rank 2]  10%", "[rank 2]  20%", "[rank 2] 100%", "[rank 2] dos line",
+		"[rank 2] partial line", "[rank 2] " + long, "[rank 2] ", "[rank 2] last"}
+	got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d: %.300q", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d = %.80q, want %.80q", i, got[i], want[i])
+		}
+	}
+	if strings.Contains(buf.String(), "\r") {
+		t.Errorf("a carriage return reached the console")
+	}
+}

@@ -35,6 +35,7 @@ type runner struct {
 	cleanups   []func()
 	lost       map[string]bool // runners whose heartbeat was lost (attempt loop only)
 	errDir     string          // ranks' RANKTREE_ERROR_FILE directory ("" if none could be made)
+	metrics    *runnerMetrics  // nil without --metrics-addr (metrics.go)
 }
 
 // ErrInterrupted is returned by Run when a signal stopped the runner
@@ -131,6 +132,9 @@ func (r *runner) teardown() {
 }
 
 func (r *runner) setup(ctx context.Context) (int, error) {
+	if err := r.startMetrics(); err != nil {
+		return 2, err
+	}
 	path, cleanup, err := resolveProgram(ctx, r.cfg.Program, r.log)
 	r.addCleanup(cleanup)
 	if err != nil {
@@ -192,10 +196,12 @@ func (r *runner) loop(ctx context.Context, sigs <-chan os.Signal) (int, error) {
 	}
 	n := int(n64)
 	for {
+		r.metrics.attempt(n, budget)
 		out, err := r.runAttempt(ctx, n, sigs)
 		if err != nil {
 			return 1, err
 		}
+		r.metrics.ended(out.Kind)
 		switch {
 		case out.Kind == Succeeded:
 			r.log.Info().Int("attempts", n+1).Msg("job succeeded")

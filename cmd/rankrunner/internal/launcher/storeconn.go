@@ -2,11 +2,9 @@ package launcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -39,33 +37,21 @@ func startServer(cfg *Config, log zerolog.Logger) (string, func(), error) {
 	return url, shutdown, nil
 }
 
-// connectStore connects to the job's store, retrying until
-// cfg.StoreTimeout passes (node 0's server may start after this runner).
+// connectStore connects to the job's store, retrying while it is out of
+// reach for up to cfg.StoreTimeout (node 0's server may start after this
+// runner), or for natsstore.DefaultRefusedGrace of refused connections
+// unless cfg.StoreWait. The first failure is logged at once, then every
+// natsstore.DefaultLogEvery; the error is a *natsstore.DialError naming
+// the URL and the last error.
 func connectStore(ctx context.Context, cfg *Config, url, id string, log zerolog.Logger) (store.Store, error) {
-	ctx, cancel := context.WithTimeout(ctx, cfg.StoreTimeout)
-	defer cancel()
 	opts := natsstore.Options{
 		URL: url, Job: cfg.JobID,
 		Credentials: natsstore.Credentials(cfg.Creds),
 		Timeout:     cfg.StoreTimeout, Name: "rankrunner/" + cfg.JobID + "/" + id, Log: log,
 	}
-	wait := 100 * time.Millisecond
-	for try := 1; ; try++ {
-		st, err := natsstore.Connect(ctx, opts)
-		if err == nil {
-			return st, nil
-		}
-		if !errors.Is(err, store.ErrUnavailable) {
-			return nil, fmt.Errorf("launcher: store at %s: %w", url, err)
-		}
-		log.Debug().Err(err).Int("try", try).Msg("store not reachable yet")
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("launcher: store at %s unreachable after %v: %w", url, cfg.StoreTimeout, err)
-		case <-time.After(wait):
-		}
-		if wait < 2*time.Second {
-			wait *= 2
-		}
+	st, err := natsstore.Dial(ctx, opts, natsstore.DialPolicy{WaitFor: cfg.StoreTimeout, WaitWhenRefused: cfg.StoreWait})
+	if err != nil {
+		return nil, fmt.Errorf("launcher: connecting the job store: %w", err)
 	}
+	return st, nil
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/examples/mnist/internal/data"
@@ -46,6 +47,13 @@ type Options struct {
 	DataDir     string  // --data-dir: MNIST folder (empty: the module cache)
 	JSONOut     string  // --json-out: metrics file; "{rank}" makes every rank write one
 	ParamsOut   string  // --params-out: final parameters as raw float32 little-endian; "{rank}" as for JSONOut
+	// ProgressEvery is --progress-every: the interval of the plain progress
+	// lines when stderr is not a terminal (0: train.DefaultProgressEvery).
+	ProgressEvery time.Duration
+	// ReducerStats, if set (not a flag), is called once with the DDP
+	// reducer's Stats function when the reducer exists; main registers it
+	// as Prometheus metrics (ranktree.Runtime.RegisterReducerMetrics).
+	ReducerStats func(stats func() reducer.Stats) error
 }
 
 // ParseFlags parses args (without the program name) into Options, with
@@ -56,6 +64,7 @@ func ParseFlags(args []string, stderr io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("mnist", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&o.Epochs, "epochs", 3, "passes over the training set")
+	fs.DurationVar(&o.ProgressEvery, "progress-every", train.DefaultProgressEvery, "when stderr is not a terminal: interval of the plain progress lines (epoch, step, samples/s, loss, ETA), also printed at each epoch's end")
 	fs.IntVar(&o.BatchSize, "batch-size", train.DefaultBatch, "global batch size (summed over ranks; a multiple of the world size)")
 	fs.Float64Var(&o.LR, "lr", train.DefaultLR, "SGD learning rate")
 	fs.Float64Var(&o.Momentum, "momentum", train.DefaultMomentum, "SGD momentum")
@@ -115,6 +124,11 @@ func Run(ctx context.Context, o Options, g reducer.Group, log zerolog.Logger, st
 	if err != nil {
 		return nil, err
 	}
+	if o.ReducerStats != nil {
+		if err := o.ReducerStats(sync.Reducer().Stats); err != nil {
+			return nil, err
+		}
+	}
 	cfg := train.Config{
 		Epochs: o.Epochs, GlobalBatch: o.BatchSize, Seed: o.Seed,
 		LR: float32(o.LR), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay),
@@ -122,6 +136,12 @@ func Run(ctx context.Context, o Options, g reducer.Group, log zerolog.Logger, st
 	}
 	if rank == 0 {
 		cfg.Progress = stderr
+		// A bar on a terminal; plain lines in files, pipes and under
+		// rankrunner (whose ranks write to pipes).
+		if f, ok := stderr.(*os.File); ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
+			cfg.ProgressTTY = true
+		}
+		cfg.ProgressEvery = o.ProgressEvery
 	}
 	res, err := train.Run(ctx, cfg, m, trainSet, testSet, sync)
 	if err != nil {

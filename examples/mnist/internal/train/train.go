@@ -14,8 +14,8 @@
 //     parameters with the reducer (which broadcasts rank 0's values).
 //  2. Call Run with the same Config on every rank, a Sync bound to this
 //     rank, and the same data.
-//  3. Print the Result on rank 0 (Run draws the progress bar itself when
-//     Config.Progress is set).
+//  3. Print the Result on rank 0 (Run reports progress itself when
+//     Config.Progress is set: a bar on a terminal, plain lines elsewhere).
 package train
 
 import (
@@ -29,7 +29,6 @@ import (
 	"github.com/ranktree/ranktree/examples/mnist/internal/data"
 	"github.com/ranktree/ranktree/examples/mnist/internal/model"
 	"github.com/rs/zerolog"
-	"github.com/schollz/progressbar/v3"
 )
 
 // ErrParamMismatch is returned by Run, on every rank, when the ranks'
@@ -88,8 +87,15 @@ type Config struct {
 	Seed        uint64  // sampler shuffle seed (the model's seed is the caller's)
 	EvalBatch   int     // test-set forward batch; 0 means 1000
 
-	// Progress, if set, receives a progress bar per epoch (rank 0 only).
+	// Progress, if set, receives the epochs' progress (rank 0 only): a
+	// progress bar when ProgressTTY, else a plain line (epoch, step,
+	// samples/s, loss, ETA) every ProgressEvery and at each epoch's end.
 	Progress io.Writer
+	// ProgressTTY says Progress is a terminal (redraw a bar in place).
+	ProgressTTY bool
+	// ProgressEvery is the plain lines' interval; 0 means
+	// DefaultProgressEvery (10s).
+	ProgressEvery time.Duration
 	// Log receives per-epoch summaries at debug level.
 	Log zerolog.Logger
 }
@@ -205,18 +211,8 @@ type runner struct {
 // epoch runs one pass over this rank's shard.
 func (r *runner) epoch(ctx context.Context, e int, set *data.Set, sampler *data.DistributedSampler) (EpochStats, error) {
 	idx := sampler.Indices()
-	var bar *progressbar.ProgressBar
-	if r.cfg.Progress != nil {
-		bar = progressbar.NewOptions(sampler.TotalSize(),
-			progressbar.OptionSetWriter(r.cfg.Progress),
-			progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", e, r.cfg.Epochs)),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetWidth(30),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionShowElapsedTimeOnFinish(),
-			progressbar.OptionOnCompletion(func() { fmt.Fprintln(r.cfg.Progress) }))
-	}
 	start := time.Now()
+	prog := newProgress(&r.cfg, e, sampler.TotalSize(), start)
 	var lossSum float64
 	var correct, batches int
 	for lo := 0; lo < len(idx); lo += r.local {
@@ -231,15 +227,12 @@ func (r *runner) epoch(ctx context.Context, e int, set *data.Set, sampler *data.
 		lossSum += loss
 		correct += ok
 		batches++
-		if bar != nil {
-			done := (hi) * r.size
-			rate := float64(done) / time.Since(start).Seconds()
-			bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %6.0f samples/s", e, r.cfg.Epochs, lossSum/float64(batches), rate))
-			_ = bar.Set(done) // rendering errors only concern the terminal
+		if prog != nil {
+			prog.update(time.Now(), hi*r.size, batches, lossSum/float64(batches))
 		}
 	}
-	if bar != nil {
-		_ = bar.Finish()
+	if prog != nil {
+		prog.finish(time.Now(), min(len(idx)*r.size, sampler.TotalSize()), batches, lossSum/float64(batches))
 	}
 	secs := time.Since(start).Seconds()
 	return EpochStats{Epoch: e, Loss: lossSum / float64(batches), TrainAccuracy: float64(correct) / float64(len(idx)),

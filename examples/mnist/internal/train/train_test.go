@@ -207,6 +207,7 @@ func TestProgressBarShowsLossAndRate(t *testing.T) {
 	var buf bytes.Buffer
 	cfg := baseConfig()
 	cfg.Progress = &buf
+	cfg.ProgressTTY = true
 	if _, err := Run(context.Background(), cfg, m, tr.Head(960), te.Head(10), &simRank{g: newSimGroup(1)}); err != nil {
 		t.Fatal(err)
 	}
