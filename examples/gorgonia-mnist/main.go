@@ -366,4 +366,3 @@ func paramHash(ls G.Nodes) string {
 	}
 	return fmt.Sprintf("%016x", h.Sum64())
 }
-
