@@ -132,6 +132,23 @@ func TestGorgoniaExampleThroughRankrunner(t *testing.T) {
 	}
 }
 
+// TestGoMLXExampleThroughRankrunner: examples/gomlx-mnist (its own
+// module, GoMLX's pure-Go backend) runs under rankrunner from the
+// repository root on a tiny train limit (simplego is slow); both ranks
+// end with the same weights.
+func TestGoMLXExampleThroughRankrunner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds GoMLX and runs 2 ranks")
+	}
+	reps := runFrameworkExample(t, "gomlx-mnist", "--epochs", "1", "--train-limit", "1280", "--lr", "0.003")
+	if reps[0].Steps != 10 {
+		t.Errorf("%d steps, want 1280/128 = 10", reps[0].Steps)
+	}
+	if reps[0].Accuracy < 0.5 {
+		t.Errorf("test accuracy %.4f after 10 steps, want ≥ 0.5 (chance is 0.1)", reps[0].Accuracy)
+	}
+}
+
 // userProgram is a user's data-parallel program in their own module.
 const userProgram = `package main
 
