@@ -70,6 +70,14 @@ func NewDistributedSampler(cfg SamplerConfig) (*DistributedSampler, error) {
 // the same value on every rank, or every epoch sees the same order.
 func (s *DistributedSampler) SetEpoch(epoch int) { s.epoch = epoch }
 
+// EpochIndices is SetEpoch(epoch) followed by Indices(): this rank's
+// shard for that epoch, in one call that replaces a single-process
+// program's per-epoch permutation.
+func (s *DistributedSampler) EpochIndices(epoch int) []int {
+	s.SetEpoch(epoch)
+	return s.Indices()
+}
+
 // Epoch is the epoch set last (0 at first).
 func (s *DistributedSampler) Epoch() int { return s.epoch }
 

@@ -165,3 +165,18 @@ func TestSamplerConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSamplerEpochIndices: EpochIndices(e) equals SetEpoch(e) + Indices().
+func TestSamplerEpochIndices(t *testing.T) {
+	a, err := NewDistributedSampler(SamplerConfig{Len: 11, Rank: 1, Size: 3, Shuffle: true, Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewDistributedSampler(SamplerConfig{Len: 11, Rank: 1, Size: 3, Shuffle: true, Seed: 4})
+	for e := range 3 {
+		b.SetEpoch(e)
+		if got, want := a.EpochIndices(e), b.Indices(); !slices.Equal(got, want) || a.Epoch() != e {
+			t.Fatalf("epoch %d: %v, want %v", e, got, want)
+		}
+	}
+}

@@ -239,8 +239,7 @@ func train(ctx context.Context, o options) error {
 	steps, lastLoss := 0, 0.0
 	start := time.Now()
 	for epoch := 0; epoch < o.epochs; epoch++ {
-		sampler.SetEpoch(epoch)
-		idx := sampler.Indices()
+		idx := sampler.EpochIndices(epoch) // this rank's shard (one process: a permutation of all samples)
 		nb := len(idx) / local
 		var bar *progressbar.ProgressBar
 		if rank == 0 {
