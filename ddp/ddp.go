@@ -272,6 +272,15 @@ func (m *Model) NoSync(fn func() error) error {
 	return err
 }
 
+// InNoSync reports whether the caller is inside NoSync (Sync does
+// nothing). Adapters whose step applies the optimizer right after Sync
+// use it to refuse stepping on un-averaged gradients.
+func (m *Model) InNoSync() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.noSync
+}
+
 // Join is called once by every rank when its inputs run out (uneven
 // inputs; torch.distributed.algorithms.Join with DDP): until every rank
 // has joined it shadows the other ranks' Sync calls, then every rank gets

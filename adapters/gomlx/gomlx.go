@@ -299,10 +299,15 @@ func access(x *tensors.Tensor, fn func(comm.Buffer)) error {
 // tensors in inputs and labels are not finalized.
 //
 // Errors: graph build/execution errors from GoMLX; ddp and reducer errors
-// (after which the Trainer is unusable: tear the job down).
+// (after which the Trainer is unusable: tear the job down);
+// comm.ErrUnsupported inside Model().NoSync (gradient accumulation across
+// TrainSteps is not supported by this adapter).
 func (t *Trainer) TrainStep(spec any, inputs, labels []*tensors.Tensor) ([]*tensors.Tensor, error) {
 	if len(inputs) == 0 {
 		return nil, fmt.Errorf("%w: adapters/gomlx: TrainStep without inputs", comm.ErrInvalidArgument)
+	}
+	if t.model != nil && t.model.InNoSync() {
+		return nil, fmt.Errorf("%w: adapters/gomlx: TrainStep applies the optimizer after averaging; inside NoSync it would apply this rank's own gradients", comm.ErrUnsupported)
 	}
 	start := time.Now()
 	outs, err := t.runGrad(spec, inputs, labels)

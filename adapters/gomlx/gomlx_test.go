@@ -206,3 +206,30 @@ func TestMismatchedModel(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainStepInsideNoSync: TrainStep refuses to run inside NoSync (it
+// would apply un-averaged gradients) and the variables stay as they were.
+func TestTrainStepInsideNoSync(t *testing.T) {
+	pgs := world(t, 1)
+	ctx, cancel := stdctx.WithTimeout(stdctx.Background(), time.Minute)
+	defer cancel()
+	mc := mlContext(t, 1)
+	tr, err := rtgomlx.NewTrainer(ctx, pgs[0], ddp.Config{}, backend(t), mc, modelFn(5),
+		losses.SparseCategoricalCrossEntropyLogits, optimizer("sgd"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := batch(0, 0, 4)
+	if _, err := tr.TrainStep(nil, []*tensors.Tensor{x}, []*tensors.Tensor{y}); err != nil {
+		t.Fatal(err)
+	}
+	before := weights(t, mc)
+	err = tr.Model().NoSync(func() error {
+		_, err := tr.TrainStep(nil, []*tensors.Tensor{x}, []*tensors.Tensor{y})
+		return err
+	})
+	if !errors.Is(err, comm.ErrUnsupported) {
+		t.Fatalf("TrainStep inside NoSync: %v, want ErrUnsupported", err)
+	}
+	compare(t, "after a refused TrainStep", weights(t, mc), before, 0)
+}

@@ -161,10 +161,14 @@ type solver struct {
 
 // Step averages gradients (ddp.Model.Sync with Wrap's ctx) and steps the
 // inner solver. Errors of the sync are returned and the inner solver is
-// not stepped.
+// not stepped; inside Model().NoSync it returns comm.ErrUnsupported
+// (stepping there would apply un-averaged gradients).
 func (s *solver) Step(model []gorgonia.ValueGrad) error {
 	if len(model) != len(s.d.nodes) {
 		return fmt.Errorf("%w: adapters/gorgonia: Step with %d values, the wrapped model has %d learnables", comm.ErrInvalidArgument, len(model), len(s.d.nodes))
+	}
+	if s.d.model.InNoSync() {
+		return fmt.Errorf("%w: adapters/gorgonia: solver Step inside NoSync would apply this rank's own gradients; accumulate under NoSync and Step after it", comm.ErrUnsupported)
 	}
 	if err := s.d.model.Sync(s.d.ctx); err != nil {
 		return err

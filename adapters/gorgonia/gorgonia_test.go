@@ -211,3 +211,25 @@ func TestStepWithoutGradients(t *testing.T) {
 		t.Fatal("weights changed by a failed Step")
 	}
 }
+
+// TestStepInsideNoSync: the wrapped solver refuses to step inside NoSync
+// (it would apply un-averaged gradients) and leaves the weights alone.
+func TestStepInsideNoSync(t *testing.T) {
+	pgs := world(t, 1)
+	m := newMLP(t, 0, 4, hidden)
+	dp, err := rtgorgonia.Wrap(context.Background(), pgs[0], m.learnables, ddp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := m.weights()
+	x, y := data(0)
+	err = dp.Model().NoSync(func() error {
+		return m.step(t, dp.Solver(G.NewVanillaSolver(G.WithLearnRate(0.1))), x[:4*in], y[:4*out], 4)
+	})
+	if !errors.Is(err, comm.ErrUnsupported) {
+		t.Fatalf("Step inside NoSync: %v, want ErrUnsupported", err)
+	}
+	if after := m.weights(); after[0][0] != before[0][0] {
+		t.Fatal("weights changed by a refused Step")
+	}
+}
