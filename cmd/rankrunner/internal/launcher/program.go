@@ -95,13 +95,50 @@ func resolveProgram(ctx context.Context, prog string, log zerolog.Logger) (path 
 	}
 	out := filepath.Join(dir, name)
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, gobin, "build", "-o", out, prog)
+	workDir, target := buildTarget(prog)
+	cmd := exec.CommandContext(ctx, gobin, "build", "-o", out, target)
+	cmd.Dir = workDir
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
 		cleanup()
 		return "", func() {}, &ProgramError{Program: prog, Msg: "go build failed: " + err.Error(), Output: buf.String()}
 	}
-	log.Info().Str("package", prog).Str("binary", out).Dur("took", time.Since(start)).Msg("built Go package")
+	log.Info().Str("package", prog).Str("module_dir", workDir).Str("binary", out).Dur("took", time.Since(start)).Msg("built Go package")
 	return out, cleanup, nil
+}
+
+// buildTarget returns where to run `go build` for prog and what to pass
+// it. A local package (a directory or a .go file) is built from the root
+// of the module that contains it (the nearest folder above it with a
+// go.mod), as "./<path inside that module>", so a package of a nested
+// module (examples/gorgonia-mnist with its own go.mod) builds from any
+// working directory, with that module's requirements. Import paths, and
+// local paths outside any module, are built from the current directory
+// ("" for workDir) as given.
+func buildTarget(prog string) (workDir, target string) {
+	st, err := os.Stat(prog)
+	if err != nil {
+		return "", prog
+	}
+	abs, err := filepath.Abs(prog)
+	if err != nil {
+		return "", prog
+	}
+	dir := abs
+	if !st.IsDir() {
+		dir = filepath.Dir(abs)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(filepath.Join(d, "go.mod")); err == nil && !fi.IsDir() {
+			rel, err := filepath.Rel(d, abs)
+			if err != nil {
+				return "", prog
+			}
+			return d, "./" + filepath.ToSlash(rel)
+		}
+		if parent := filepath.Dir(d); parent == d {
+			return "", prog
+		}
+	}
 }
