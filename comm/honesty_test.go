@@ -147,6 +147,45 @@ func checkReduceRootMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
 	})
 }
 
+// checkNewGroupListMismatch: rank 0 leaves the last rank out of its
+// NewGroup list while the others pass every rank (case 5): every rank fails
+// within 1 s with a *NewGroupMismatchError naming both lists, and nobody
+// gets a group. Then a NewGroup without the last rank gives that rank Rank
+// -1 and Size -1 (case 6).
+func checkNewGroupListMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	n := pg.Size()
+	if n < 2 {
+		return nil
+	}
+	all, short := pg.Ranks(), pg.Ranks()[:n-1]
+	ranks := all
+	if pg.Rank() == 0 {
+		ranks = short
+	}
+	start := time.Now()
+	sub, err := pg.NewGroup(ctx, ranks, comm.WithGroupName(pg.Name()+".lists"))
+	d := time.Since(start)
+	recordFail("newgrouplists", d)
+	var me *comm.NewGroupMismatchError
+	switch {
+	case sub != nil || !errors.As(err, &me) || !errors.Is(err, comm.ErrMismatch):
+		return fmt.Errorf("rank %d: NewGroup(%v) = %v, %v; want a *NewGroupMismatchError", pg.Rank(), ranks, sub, err)
+	case !strings.Contains(err.Error(), fmt.Sprint(short)) || !strings.Contains(err.Error(), fmt.Sprint(all)):
+		return fmt.Errorf("rank %d: %v does not name both lists", pg.Rank(), err)
+	case d > time.Second:
+		return fmt.Errorf("rank %d: NewGroup mismatch took %v", pg.Rank(), d)
+	}
+	sub, err = pg.NewGroup(ctx, short, comm.WithGroupName(pg.Name()+".short"))
+	if err != nil {
+		return err
+	}
+	defer sub.Destroy(ctx)
+	if pg.Rank() == n-1 && (sub.Rank() != -1 || sub.Size() != -1) {
+		return fmt.Errorf("non-member: Rank %d Size %d, want -1 -1", sub.Rank(), sub.Size())
+	}
+	return pg.Barrier(ctx).Wait(ctx)
+}
+
 // checkAllToAllSplitMismatch: rank 0 sends two elements to rank 1, which
 // expects one (case 7): ErrMismatch on every rank, not an engine error.
 func checkAllToAllSplitMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
@@ -261,6 +300,7 @@ var honestyChecks = []struct {
 	{"ReduceRootMismatch", checkReduceRootMismatch},
 	{"AllToAllSplitMismatch", checkAllToAllSplitMismatch},
 	{"CoalescedMismatch", checkCoalescedMismatch},
+	{"NewGroupListMismatch", checkNewGroupListMismatch},
 	{"AbortIsFinal", checkAbortIsFinal},
 	{"CancelAborts", checkCancelAborts},
 	{"AfterFailures", checkAllReduce}, // the parent group still works
