@@ -430,6 +430,10 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 // deviceDetail describes a GPU engine's device for the comm_init event
 // (NVML UUID, PCI bus id, name, NCCL version); nil for host engines.
 func deviceDetail(be comm.Backend) map[string]string {
+	if t, ok := be.(interface{ Transport() string }); ok {
+		// the CPU engine's links (shm, tcp, shm+tcp), for the byte metrics
+		return map[string]string{"transport": t.Transport()}
+	}
 	e, ok := be.(interface{ DeviceInfo() nccl.DeviceInfo })
 	if !ok {
 		return nil

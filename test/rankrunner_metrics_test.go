@@ -122,8 +122,8 @@ func TestRankrunnerMetrics(t *testing.T) {
 				t.Errorf("rank %d %s = %v, want %v", r, c.name, got, c.want)
 			}
 		}
-		if got := rrValue(fams, "ranktree_collective_bytes_total", map[string]string{"rank": fmt.Sprint(r), "op": "ALLREDUCE", "engine": "cpu"}); got != 16*n {
-			t.Errorf("rank %d: %v bytes under engine=\"cpu\", want %d", r, got, 16*n)
+		if got := rrValue(fams, "ranktree_collective_bytes_total", map[string]string{"rank": fmt.Sprint(r), "op": "ALLREDUCE", "engine": "cpu", "transport": "shm"}); got != 16*n {
+			t.Errorf("rank %d: %v bytes under engine=\"cpu\" transport=\"shm\", want %d", r, got, 16*n)
 		}
 		if got := rrValue(fams, "ranktree_collectives_failed_total", l); got > 0 {
 			t.Errorf("rank %d: %v failed ops", r, got)

@@ -125,6 +125,34 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	return e, nil
 }
 
+// Transport names the links this engine's group uses: "shm" (every peer
+// on this host), "tcp", "shm+tcp" (a multi-host group), "inmem", or "self"
+// for a group of one. It labels the group's comm_init event and its byte
+// metrics.
+func (e *Engine) Transport() string {
+	if e.opts.Transport == TransportInmem {
+		return "inmem"
+	}
+	shm, tcp := 0, 0
+	for _, l := range e.links {
+		switch l.(type) {
+		case *shmLink:
+			shm++
+		case *tcpLink:
+			tcp++
+		}
+	}
+	switch {
+	case shm > 0 && tcp > 0:
+		return "shm+tcp"
+	case shm > 0:
+		return "shm"
+	case tcp > 0:
+		return "tcp"
+	}
+	return "self"
+}
+
 // Name returns "cpu".
 func (e *Engine) Name() string { return "cpu" }
 

@@ -63,7 +63,7 @@ type Rank struct {
 	mu      sync.Mutex
 	ops     map[opKey]*opChildren
 	grp     map[string]*groupChildren
-	engines map[string]string // group → engine, from comm_init events
+	engines map[string][2]string // group → engine and transport, from comm_init events
 }
 
 type opKey struct{ group, op string }
@@ -86,7 +86,7 @@ type groupChildren struct {
 func NewRank(job string, rank int) *Rank {
 	cl := prometheus.Labels{"job": job, "rank": itoa(rank)}
 	m := &Rank{job: job, rank: rank, reg: prometheus.NewRegistry(), ops: map[opKey]*opChildren{}, grp: map[string]*groupChildren{},
-		engines: map[string]string{}}
+		engines: map[string][2]string{}}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ranktree", Name: name, Help: help, ConstLabels: cl}, labels)
 		m.reg.MustRegister(v)
@@ -95,7 +95,7 @@ func NewRank(job string, rank int) *Rank {
 	m.started = counter("collectives_started_total", "Collectives and p2p ops scheduled on a communicator.", "group", "op")
 	m.completed = counter("collectives_completed_total", "Ops that completed successfully.", "group", "op")
 	m.failed = counter("collectives_failed_total", "Ops that failed (timeout, abort, engine error).", "group", "op")
-	m.bytes = counter("collective_bytes_total", "Bytes of the ops' buffers (count × element size) of completed ops, by the group's engine (cpu: shm/tcp, nccl).", "group", "op", "engine")
+	m.bytes = counter("collective_bytes_total", "Bytes of the ops' buffers (count × element size) of completed ops, by the group's engine (cpu, nccl) and transport (cpu: shm, tcp, shm+tcp for a multi-host group, inmem, self; nccl: nccl).", "group", "op", "engine", "transport")
 	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ranktree", Name: "collective_duration_seconds",
 		Help: "Time from an op's start on the engine to its completion, by op type and message-size class.", ConstLabels: cl,
 		Buckets: DurationBuckets}, []string{"op", "size"})
@@ -128,13 +128,17 @@ func (m *Rank) opChildren(group, op string) *opChildren {
 	if c := m.ops[opKey{group, op}]; c != nil {
 		return c
 	}
-	engine := m.engines[group]
+	et := m.engines[group]
+	engine, transport := et[0], et[1]
 	if engine == "" {
 		engine = "unknown"
 	}
+	if transport == "" {
+		transport = engine // nccl: NCCL picks its own transports
+	}
 	c := &opChildren{
 		started: m.started.WithLabelValues(group, op), completed: m.completed.WithLabelValues(group, op),
-		failed: m.failed.WithLabelValues(group, op), bytes: m.bytes.WithLabelValues(group, op, engine),
+		failed: m.failed.WithLabelValues(group, op), bytes: m.bytes.WithLabelValues(group, op, engine, transport),
 		inflight: m.inflight.WithLabelValues(group, op),
 	}
 	for i, b := range SizeBuckets {
@@ -190,7 +194,7 @@ func (m *Rank) Observe(ev *actors.Event) {
 	case actors.KindCommInit:
 		if e := ev.Detail["engine"]; e != "" {
 			m.mu.Lock()
-			m.engines[ev.Group] = e
+			m.engines[ev.Group] = [2]string{e, ev.Detail["transport"]}
 			m.mu.Unlock()
 		}
 	case actors.KindWork:

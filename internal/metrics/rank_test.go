@@ -20,7 +20,7 @@ func work(group, op, state string, count int64, durUS float64) *actors.Event {
 // TestRankObserve: events move the counters, gauge and histogram exactly.
 func TestRankObserve(t *testing.T) {
 	m := NewRank("j", 2)
-	m.Observe(&actors.Event{Kind: actors.KindCommInit, Group: "world", Detail: map[string]string{"engine": "cpu"}})
+	m.Observe(&actors.Event{Kind: actors.KindCommInit, Group: "world", Detail: map[string]string{"engine": "cpu", "transport": "tcp"}})
 	for i := 0; i < 3; i++ {
 		m.Observe(work("world", "ALLREDUCE", actors.StateScheduled, 1, 0))
 		m.Observe(work("world", "ALLREDUCE", actors.StateStarted, 1, 0))
@@ -42,7 +42,7 @@ func TestRankObserve(t *testing.T) {
 		{"completed", testutil.ToFloat64(m.completed.WithLabelValues("world", "ALLREDUCE")), 2},
 		{"failed", testutil.ToFloat64(m.failed.WithLabelValues("world", "ALLREDUCE")), 1},
 		{"in flight", testutil.ToFloat64(m.inflight.WithLabelValues("world", "ALLREDUCE")), 0},
-		{"bytes", testutil.ToFloat64(m.bytes.WithLabelValues("world", "ALLREDUCE", "cpu")), 4 + 4<<20},
+		{"bytes", testutil.ToFloat64(m.bytes.WithLabelValues("world", "ALLREDUCE", "cpu", "tcp")), 4 + 4<<20},
 		{"timeouts", testutil.ToFloat64(m.timeouts.WithLabelValues("world")), 1},
 		{"aborts sent", testutil.ToFloat64(m.abortsSent.WithLabelValues("world")), 1},
 		{"aborts received", testutil.ToFloat64(m.abortsRecvd.WithLabelValues("world")), 1},
