@@ -374,10 +374,16 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	g.epochs[spec.Name] = max(g.epochs[spec.Name], epoch)
 	g.mu.Unlock()
 	log := r.log.With().Str("group", spec.Name).Uint32("epoch", epoch).Logger()
+	// Injected faults (RANKTREE_FAULT) strike a group's first communicator
+	// only: a restarted one, whose seqs start at 1 again, runs clean.
+	faults := g.faults
+	if epoch != baseEpoch(g.incarnation) {
+		faults = nil
+	}
 	be, err := g.factory(ctx, comm.BackendConfig{
 		Group: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks),
 		GlobalRanks: spec.GlobalRanks, Store: r.st, Device: g.device, Timeout: r.timeout,
-		Faults: g.faults, Log: log,
+		Faults: faults, Log: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ranktree: rank %d: connecting group %q (epoch %d): %w", r.rank, spec.Name, epoch, err)

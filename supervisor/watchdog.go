@@ -98,6 +98,7 @@ type Watchdog struct {
 	cancel   context.CancelFunc
 	progress *progressWriter // nil without a store
 	once     sync.Once
+	stopped  atomic.Bool // Stop was called: Deregister does not wait
 }
 
 type watched struct {
@@ -124,7 +125,10 @@ type (
 		Async AsyncErrorSource // may be nil
 	}
 	// DeregisterGroup stops watching a group (ProcessGroup.Destroy).
-	DeregisterGroup struct{ Group string }
+	DeregisterGroup struct {
+		Group string
+		done  chan struct{} // closed once handled (Deregister waits for it)
+	}
 	// SetGroupTimeout changes a group's default deadline (ProcessGroup.SetTimeout).
 	SetGroupTimeout struct {
 		Group   string
@@ -196,10 +200,25 @@ func (wd *Watchdog) Register(spec GroupSpec, abort Abortable, async AsyncErrorSo
 	wd.post(RegisterGroup{Spec: spec, Comm: abort, Async: async}, true)
 }
 
-// Deregister stops watching group.
+// Deregister stops watching group. It returns once the watchdog has
+// published the group's last Work events and acted on its engine's error
+// (the error-handling mode's action, e.g. TearDown), or after
+// deregisterWait.
 func (wd *Watchdog) Deregister(group string) {
-	wd.post(DeregisterGroup{Group: group}, true)
+	if wd.stopped.Load() {
+		wd.post(DeregisterGroup{Group: group}, false)
+		return
+	}
+	done := make(chan struct{})
+	wd.post(DeregisterGroup{Group: group, done: done}, true)
+	select {
+	case <-done:
+	case <-time.After(deregisterWait):
+	}
 }
+
+// deregisterWait bounds how long Deregister waits for the watchdog.
+const deregisterWait = time.Second
 
 // SetTimeout sets group's default deadline for later Works.
 func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
@@ -259,6 +278,7 @@ func (wd *Watchdog) Observer(group string) actors.Observer {
 // timeout. Tracked Works are left as they are. Idempotent.
 func (wd *Watchdog) Stop(timeout time.Duration) error {
 	var err error
+	wd.stopped.Store(true)
 	wd.once.Do(func() {
 		if wd.pid == nil {
 			return
@@ -324,10 +344,15 @@ func (wd *Watchdog) handle(msg any) {
 			Detail: map[string]string{"comm_id": spec.CommID, "timeout": spec.Timeout.String()}})
 		wd.apply(wd.core.Step(EvAddGroup{Spec: spec}))
 	case DeregisterGroup:
-		// Publish what the group's Works did since the last tick first, so
-		// that Destroy right after the last op loses no Work event and
-		// need not wait for a tick.
+		// Publish what the group's Works did since the last tick and act on
+		// its engine's error first, so that Destroy (or Close) right after
+		// the last op loses no Work event and no error-handling action (a
+		// TearDown) and need not wait for a tick.
 		wd.pollWorks(true)
+		wd.checkAsync(m.Group)
+		if m.done != nil {
+			defer close(m.done)
+		}
 		delete(wd.groups, m.Group)
 		for id, w := range wd.works {
 			if w.group == m.Group {
@@ -394,6 +419,19 @@ func (wd *Watchdog) track(m TrackWork) {
 	wd.apply(wd.core.Step(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Work.Timings().Created}))
 }
 
+// checkAsync lets the core act on group n's engine error, once.
+func (wd *Watchdog) checkAsync(n string) {
+	g := wd.groups[n]
+	if g == nil || g.async == nil || g.asyncSeen {
+		return
+	}
+	if err := g.async.AsyncError(); err != nil {
+		g.asyncSeen = true
+		wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: n, Epoch: g.spec.Epoch, Action: "async_error", Error: err.Error()})
+		wd.apply(wd.core.Step(EvAsyncError{Group: n, Err: err}))
+	}
+}
+
 // tick polls Works and engines, then lets the core check deadlines.
 func (wd *Watchdog) tick() {
 	wd.pollWorks(true)
@@ -403,15 +441,7 @@ func (wd *Watchdog) tick() {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		g := wd.groups[n]
-		if g == nil || g.async == nil || g.asyncSeen {
-			continue
-		}
-		if err := g.async.AsyncError(); err != nil {
-			g.asyncSeen = true
-			wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: n, Epoch: g.spec.Epoch, Action: "async_error", Error: err.Error()})
-			wd.apply(wd.core.Step(EvAsyncError{Group: n, Err: err}))
-		}
+		wd.checkAsync(n)
 	}
 	wd.apply(wd.core.Step(EvTick{Now: wd.cfg.Now()}))
 	wd.cfg.Heartbeat.Beat()
