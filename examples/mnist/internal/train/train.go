@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/ddp"
 	"github.com/ranktree/ranktree/examples/mnist/internal/data"
 	"github.com/ranktree/ranktree/examples/mnist/internal/model"
 	"github.com/rs/zerolog"
@@ -153,7 +154,7 @@ func Run(ctx context.Context, cfg Config, m *model.MLP, trainSet, testSet *data.
 	if got := m.Sizes(); got[0] != data.Pixels || got[len(got)-1] != data.NumClasses {
 		return nil, fmt.Errorf("mnist: model maps %d inputs to %d classes, want %d to %d", got[0], got[len(got)-1], data.Pixels, data.NumClasses)
 	}
-	sampler, err := data.NewDistributedSampler(data.SamplerConfig{Len: trainSet.Len(), Rank: rank, Size: size, Shuffle: true, Seed: cfg.Seed})
+	sampler, err := ddp.NewDistributedSampler(ddp.SamplerConfig{Len: trainSet.Len(), Rank: rank, Size: size, Shuffle: true, Seed: cfg.Seed})
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +210,7 @@ type runner struct {
 }
 
 // epoch runs one pass over this rank's shard.
-func (r *runner) epoch(ctx context.Context, e int, set *data.Set, sampler *data.DistributedSampler) (EpochStats, error) {
+func (r *runner) epoch(ctx context.Context, e int, set *data.Set, sampler *ddp.DistributedSampler) (EpochStats, error) {
 	idx := sampler.Indices()
 	start := time.Now()
 	prog := newProgress(&r.cfg, e, sampler.TotalSize(), start)
