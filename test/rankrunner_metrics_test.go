@@ -238,3 +238,61 @@ func TestRankrunnerMetricsFaults(t *testing.T) {
 	}
 	p.wait(t, 60*time.Second)
 }
+
+// TestRankrunnerMetricsRestart: rank 1 fails the job's first attempt and
+// rankrunner (--max-restarts 1) restarts it; while the second attempt runs,
+// the runner's metrics show one failed attempt, one restart used of a
+// budget of 1, and 2 ranks alive.
+func TestRankrunnerMetricsRestart(t *testing.T) {
+	t.Parallel()
+	prog := rrBuildProg(t, "metricsprog")
+	dir := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", rrFreePort(t))
+	p := rrStartRunner(t, "--nproc-per-node", "2", "--job-id", "metricsrestart", "--max-restarts", "1", "--failure-grace", "0",
+		"--metrics-addr", addr, prog, dir, "3", "failfirst")
+	deadline := time.Now().Add(90 * time.Second)
+	for r := 0; r < 2; r++ {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err == nil {
+				break
+			}
+			select {
+			case <-p.done:
+				t.Fatalf("rankrunner exited %d before rank %d was ready; stderr:\n%s", p.code, r, p.stderr.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d not ready", r)
+			}
+		}
+	}
+	fams := rrScrape(t, addr)
+	job := map[string]string{"job": "metricsrestart"}
+	for _, c := range []struct {
+		name  string
+		extra map[string]string
+		want  float64
+	}{
+		{"ranktree_runner_attempts_total", map[string]string{"outcome": "failed"}, 1},
+		{"ranktree_runner_restarts_used", nil, 1},
+		{"ranktree_runner_restart_budget", nil, 1},
+		{"ranktree_runner_ranks_alive", nil, 2},
+	} {
+		l := map[string]string{}
+		for k, v := range job {
+			l[k] = v
+		}
+		for k, v := range c.extra {
+			l[k] = v
+		}
+		if got := rrValue(fams, c.name, l); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.extra, got, c.want)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c := p.wait(t, 60*time.Second); c != 0 {
+		t.Errorf("rankrunner exited %d after the restarted attempt", c)
+	}
+}

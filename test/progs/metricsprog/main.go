@@ -1,6 +1,6 @@
 // Command metricsprog is a rank program of the metrics end-to-end test:
 //
-//	metricsprog DIR N [hang]
+//	metricsprog DIR N [hang|failfirst]
 //
 // joins the job (ranktree.Init), runs N allreduces of 4 float32 on the
 // world group, checks their sums, writes DIR/ready-<rank> and waits (up to
@@ -9,6 +9,8 @@
 // rank 1 never joins and expects it to fail with comm.ErrTimeout (run it
 // with a short RANKTREE_TIMEOUT and RANKTREE_ASYNC_ERROR_HANDLING=CleanupOnly
 // so the processes survive the abort) before writing its ready file.
+// With "failfirst", rank 1 of the job's first attempt (RANKTREE_RESTART_COUNT
+// 0) exits 1 at once, so that rankrunner restarts the job.
 // Errors print "metricsprog: <error>" and exit 1.
 package main
 
@@ -33,8 +35,12 @@ func main() {
 }
 
 func run() error {
-	if len(os.Args) != 3 && (len(os.Args) != 4 || os.Args[3] != "hang") {
-		return fmt.Errorf("usage: metricsprog DIR N [hang]")
+	if len(os.Args) != 3 && (len(os.Args) != 4 || (os.Args[3] != "hang" && os.Args[3] != "failfirst")) {
+		return fmt.Errorf("usage: metricsprog DIR N [hang|failfirst]")
+	}
+	failFirst := len(os.Args) == 4 && os.Args[3] == "failfirst"
+	if failFirst && os.Getenv(ranktree.EnvRestartCount) == "0" && os.Getenv("RANK") == "1" {
+		return errors.New("failing the first attempt on purpose")
 	}
 	dir := os.Args[1]
 	n, err := strconv.Atoi(os.Args[2])
@@ -58,7 +64,7 @@ func run() error {
 			return fmt.Errorf("allreduce %d: got %v", i, x)
 		}
 	}
-	if len(os.Args) == 4 && rt.Rank() == 0 {
+	if len(os.Args) == 4 && os.Args[3] == "hang" && rt.Rank() == 0 {
 		err := pg.AllReduce(ctx, comm.HostBuffer([]float32{1}), comm.Sum).Wait(ctx)
 		if !errors.Is(err, comm.ErrTimeout) {
 			return fmt.Errorf("the allreduce rank 1 never joined: %v, want comm.ErrTimeout", err)
