@@ -77,8 +77,9 @@ type Reducer struct {
 // checks that every rank has the same parameter count, dtypes and shapes
 // (ErrModelMismatch otherwise, on every rank), broadcasts rank 0's
 // parameters and Config.BroadcastBuffers so all ranks start identical, and
-// assigns buckets by size with parameters taken in reverse order (the
-// order backward usually produces gradients). New is a collective: every
+// assigns buckets as DDP's constructor does (assignInitial): by size in
+// parameter order, then the bucket list reversed, since backward usually
+// produces gradients in reverse order. New is a collective: every
 // rank of g must call it with the same Config. ctx bounds New's own
 // collectives; its values (not its cancellation) flow to later launches.
 // Parameters must be host buffers of a floating dtype.
@@ -123,11 +124,7 @@ func New(ctx context.Context, g Group, params []Param, cfg Config) (*Reducer, er
 		return nil, err
 	}
 	n := len(r.params)
-	order := make([]int, n)
-	for i := range order {
-		order[i] = n - 1 - i
-	}
-	lay, err := r.assign(order)
+	lay, err := r.assignInitial()
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +165,25 @@ func checkParam(rank, i int, p Param) error {
 		return bad("shape %v holds %d elements but Data has %d", p.Shape, numel, p.Data.Len())
 	}
 	return nil
+}
+
+// assignInitial computes the layout DDP starts with: c10d's
+// compute_bucket_assignment_by_size over the parameters in index order
+// with limits [FirstBucketBytes, BucketCapBytes], buckets sorted by their
+// smallest parameter index, then the bucket list (and their limits)
+// reversed, as torch.nn.parallel.DistributedDataParallel passes
+// list(reversed(bucket_indices)) to the Reducer. The first bucket launched
+// thus holds the last parameters, and the small first-bucket limit applies
+// to the bucket holding parameter 0, launched last. With
+// FindUnusedParameters there is no rebuild, so this layout stays.
+func (r *Reducer) assignInitial() (*layout, error) {
+	buckets, limits, err := ComputeBucketAssignmentBySize(r.infos, []int{r.cfg.FirstBucketBytes, r.cfg.BucketCapBytes}, nil)
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(buckets)
+	slices.Reverse(limits)
+	return newLayout(r.infos, buckets, limits)
 }
 
 // assign computes a layout with parameters taken in order.
