@@ -47,15 +47,23 @@ var (
 // ErrInvalidArgument. Msg follows c10d's wording where c10d has one
 // (e.g. "tensors with different dtypes").
 type ArgError struct {
-	Op    OpType // the call that was rejected
+	Op    OpType // the op of the call that was rejected
 	Group string // process group name
 	Rank  int    // the caller's rank in the group
 	Msg   string
+	// Call names the ProcessGroup method when it is not Op's own (e.g.
+	// "BatchP2P" for an OpCoalesced batch); the message is then headed by
+	// it rather than by Op. Empty: Op.
+	Call string
 }
 
-// Error implements error: the message names what failed and why.
+// Error implements error: the message names the call, what failed and why.
 func (e *ArgError) Error() string {
-	return fmt.Sprintf("comm: invalid argument to %v on group %q (rank %d): %s", e.Op, e.Group, e.Rank, e.Msg)
+	call := e.Call
+	if call == "" {
+		call = e.Op.String()
+	}
+	return fmt.Sprintf("comm: invalid argument to %s on group %q (rank %d): %s", call, e.Group, e.Rank, e.Msg)
 }
 
 // Unwrap returns ErrInvalidArgument.
