@@ -224,6 +224,12 @@ func TestValidationDeviceEngine(t *testing.T) {
 	if _, err := pg.AllGatherBytes(ctx, []byte("x")); !errors.Is(err, comm.ErrUnsupported) {
 		t.Errorf("AllGatherBytes on nccl: %v, want ErrUnsupported", err)
 	}
+	if err := pg.SendObjectList(ctx, [][]byte{{1}}, 1); !errors.Is(err, comm.ErrUnsupported) {
+		t.Errorf("SendObjectList on nccl: %v, want ErrUnsupported", err)
+	}
+	if _, _, err := pg.RecvObjectList(ctx, 1, 1); !errors.Is(err, comm.ErrUnsupported) {
+		t.Errorf("RecvObjectList on nccl: %v, want ErrUnsupported", err)
+	}
 	if l.n != 1 {
 		t.Errorf("launcher got %d ops, want 1", l.n)
 	}
@@ -303,5 +309,40 @@ func TestBatchP2PErrorNamesCall(t *testing.T) {
 	// out-of-range destination.
 	if err := pg.ISend(ctx, f32(1), comm.AnySource, 0).Err(); err == nil || !strings.Contains(err.Error(), "invalid destination rank -1") {
 		t.Errorf("ISend to -1: %v", err)
+	}
+}
+
+// TestObjectListValidation checks SendObjectList/RecvObjectList's argument
+// errors: headed by the method, naming the bad value, nothing sent.
+func TestObjectListValidation(t *testing.T) {
+	ctx := context.Background()
+	pg, rec, _ := newRecorded(t, 0, 3)
+	objs := [][]byte{[]byte("a")}
+	cases := []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"send to self", pg.SendObjectList(ctx, objs, 0), []string{"invalid argument to SendObjectList", "invalid destination rank 0", "should not be the same"}},
+		{"send out of range", pg.SendObjectList(ctx, objs, 3), []string{"invalid argument to SendObjectList", "invalid destination rank 3", "[0, 3)"}},
+		{"send to AnySource", pg.SendObjectList(ctx, objs, comm.AnySource), []string{"invalid destination rank -1"}},
+		{"recv negative count", func() error { _, _, err := pg.RecvObjectList(ctx, -1, 1); return err }(), []string{"invalid argument to RecvObjectList", "invalid object count -1"}},
+		{"recv out of range", func() error { _, _, err := pg.RecvObjectList(ctx, 1, 5); return err }(), []string{"invalid argument to RecvObjectList", "invalid source rank 5"}},
+		{"recv from self", func() error { _, _, err := pg.RecvObjectList(ctx, 1, 0); return err }(), []string{"invalid source rank 0", "should not be the same"}},
+	}
+	for _, tc := range cases {
+		var ae *comm.ArgError
+		if !errors.Is(tc.err, comm.ErrInvalidArgument) || !errors.As(tc.err, &ae) {
+			t.Errorf("%s: %v, want an *ArgError wrapping ErrInvalidArgument", tc.name, tc.err)
+			continue
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(tc.err.Error(), s) {
+				t.Errorf("%s: error %q does not contain %q", tc.name, tc.err, s)
+			}
+		}
+	}
+	if n := len(rec.Ops()); n != 0 {
+		t.Fatalf("%d ops reached the engine", n)
 	}
 }
