@@ -47,15 +47,23 @@ var (
 // ErrInvalidArgument. Msg follows c10d's wording where c10d has one
 // (e.g. "tensors with different dtypes").
 type ArgError struct {
-	Op    OpType // the call that was rejected
+	Op    OpType // the op of the call that was rejected
 	Group string // process group name
 	Rank  int    // the caller's rank in the group
 	Msg   string
+	// Call names the ProcessGroup method when it is not Op's own (e.g.
+	// "BatchP2P" for an OpCoalesced batch); the message is then headed by
+	// it rather than by Op. Empty: Op.
+	Call string
 }
 
-// Error implements error: the message names what failed and why.
+// Error implements error: the message names the call, what failed and why.
 func (e *ArgError) Error() string {
-	return fmt.Sprintf("comm: invalid argument to %v on group %q (rank %d): %s", e.Op, e.Group, e.Rank, e.Msg)
+	call := e.Call
+	if call == "" {
+		call = e.Op.String()
+	}
+	return fmt.Sprintf("comm: invalid argument to %s on group %q (rank %d): %s", call, e.Group, e.Rank, e.Msg)
 }
 
 // Unwrap returns ErrInvalidArgument.
@@ -102,7 +110,8 @@ func (e *MismatchError) Error() string {
 
 // Fields names the fingerprint fields that differ between the two sides
 // ("op", "dtype", "count", "root", "reduce op", "seq", "group", "epoch"),
-// or nil when either side is unknown or they are equal.
+// or nil when either side is unknown or they are equal. "count" is left
+// out when one side is an all-to-all, whose fingerprint carries no count.
 func (e *MismatchError) Fields() []string {
 	a, c := e.Local, e.Remote
 	if a.Op == 0 || c.Op == 0 {
@@ -119,7 +128,7 @@ func (e *MismatchError) Fields() []string {
 	add(a.Seq != c.Seq, "seq")
 	add(a.Op != c.Op, "op")
 	add(a.DType != c.DType, "dtype")
-	add(a.Count != c.Count, "count")
+	add(a.Count != c.Count && a.Op != OpAllToAll && c.Op != OpAllToAll, "count")
 	add(a.Root != c.Root, "root")
 	add(a.RedOp != c.RedOp, "reduce op")
 	return d

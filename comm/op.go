@@ -124,11 +124,22 @@ type Fingerprint struct {
 	Root  int32 // root for rooted ops, peer for P2P, else -1
 }
 
-// String reads like "seq 7 AllReduce(float32×1024)" or
-// "seq 7 Broadcast(float32×1024, root 0)".
+// String reads like "seq 7 AllReduce(float32×1024)",
+// "seq 7 Broadcast(float32×1024, root 0)" or, for an all-to-all (whose
+// fingerprint carries no count: per-rank totals legitimately differ),
+// "seq 7 AllToAll(float32, split sizes per rank)". A coalesced op of
+// several dtypes reads "Coalesced(mixed dtypes×12)".
 func (f Fingerprint) String() string {
-	args := fmt.Sprintf("%v×%d", f.DType, f.Count)
+	dt := f.DType.String()
+	if f.Op == OpCoalesced && f.DType == 0 {
+		dt = "mixed dtypes"
+	}
+	args := fmt.Sprintf("%s×%d", dt, f.Count)
 	switch f.Op {
+	case OpAllToAll:
+		if f.Count == 0 {
+			args = dt + ", split sizes per rank"
+		}
 	case OpBroadcast, OpReduce, OpGather, OpScatter:
 		args += fmt.Sprintf(", root %d", f.Root)
 	case OpSend, OpRecv:

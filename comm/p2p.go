@@ -17,6 +17,8 @@ type P2POp struct {
 	Tag  int
 }
 
+// lowerP2P lowers one Send or Recv. anyOK is false inside a batch
+// (BatchP2P, Coalesce), where AnySource is refused.
 func (pg *ProcessGroup) lowerP2P(t OpType, buf Buffer, peer, tag int, anyOK bool) (*Op, error) {
 	if t != OpSend && t != OpRecv {
 		return nil, pg.argErr(t, "invalid P2P op type %v: expected SEND or RECV", t)
@@ -86,20 +88,34 @@ func (pg *ProcessGroup) Recv(ctx context.Context, buf Buffer, src, tag int) (int
 // BatchP2P launches ops together as one unit and one Work (torch
 // batch_isend_irecv; NCCL group calls), so that matching sends and receives
 // between ranks cannot deadlock on ordering. It lowers to one OpCoalesced
-// of Send/Recv children and uses one P2P sequence number.
+// of Send/Recv children and uses one P2P sequence number. Bad input (an
+// empty list, an entry that is not OpSend/OpRecv, AnySource, a bad peer,
+// tag or buffer) fails the Work at once with an *ArgError wrapping
+// ErrInvalidArgument, headed "BatchP2P" and naming the entry ("ops[i]").
 func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp) *Work {
 	if w := pg.precheck(ctx, OpCoalesced); w != nil {
 		return w
 	}
 	if len(ops) == 0 {
-		return FailedWork(OpCoalesced, pg.argErr(OpCoalesced, "batch_isend_irecv needs a non-empty list of P2POp"))
+		ae := pg.argErr(OpCoalesced, "batch_isend_irecv needs a non-empty list of P2POp")
+		ae.Call = "BatchP2P"
+		return FailedWork(OpCoalesced, ae)
 	}
 	children := make([]*Op, len(ops))
 	for i, p := range ops {
-		op, err := pg.lowerP2P(p.Op, p.Buf, p.Peer, p.Tag, false)
+		var op *Op
+		var err error
+		if p.Op != OpSend && p.Op != OpRecv {
+			err = pg.argErr(OpCoalesced, "op type is %v, expected SEND or RECV (a P2POp is one send or receive)", p.Op)
+		} else {
+			op, err = pg.lowerP2P(p.Op, p.Buf, p.Peer, p.Tag, false)
+		}
 		if err != nil {
+			// Head the message with the call and name the entry: the
+			// caller called BatchP2P, not the entry's op.
 			if ae, ok := err.(*ArgError); ok {
-				ae.Msg = "ops[" + itoa(i) + "]: " + ae.Msg
+				ae.Msg = "ops[" + itoa(i) + "] (" + p.Op.String() + "): " + ae.Msg
+				ae.Op, ae.Call = OpCoalesced, "BatchP2P"
 			}
 			return FailedWork(OpCoalesced, err)
 		}

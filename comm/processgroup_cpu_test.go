@@ -489,6 +489,89 @@ func checkObjects(ctx context.Context, pg *comm.ProcessGroup) error {
 	return nil
 }
 
+// checkObjectList: SendObjectList/RecvObjectList around the ring (rank r
+// sends r+1 blobs, one of them empty, to r+1), then an empty list, then
+// every rank to rank 0 with AnySource.
+func checkObjectList(ctx context.Context, pg *comm.ProcessGroup) error {
+	n, r := pg.Size(), pg.Rank()
+	if n < 2 {
+		return nil
+	}
+	list := func(r int) [][]byte {
+		objs := [][]byte{{}}
+		for i := 1; i <= r; i++ {
+			objs = append(objs, blob(i+r))
+		}
+		return objs
+	}
+	next, prev := (r+1)%n, (r+n-1)%n
+	recv := func(count, src int) error {
+		got, from, err := pg.RecvObjectList(ctx, count, src)
+		if err != nil {
+			return fmt.Errorf("RecvObjectList(%d, %d): %w", count, src, err)
+		}
+		if src != comm.AnySource && from != src {
+			return fmt.Errorf("RecvObjectList from %d reports sender %d", src, from)
+		}
+		want := list(from)
+		if count == 0 {
+			want = [][]byte{}
+		}
+		if len(got) != len(want) {
+			return fmt.Errorf("RecvObjectList from %d: %d objects, want %d", from, len(got), len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				return fmt.Errorf("RecvObjectList from %d: object %d is %q, want %q", from, i, got[i], want[i])
+			}
+		}
+		return nil
+	}
+	send := func(objs [][]byte, dst int) error {
+		if err := pg.SendObjectList(ctx, objs, dst); err != nil {
+			return fmt.Errorf("SendObjectList to %d: %w", dst, err)
+		}
+		return nil
+	}
+	// Even ranks send first, odd ranks receive first.
+	for _, count := range []int{-1, 0} { // -1: the ranks' own lists
+		objs, want := list(r), len(list(prev))
+		if count == 0 {
+			objs, want = nil, 0
+		}
+		steps := []func() error{func() error { return send(objs, next) }, func() error { return recv(want, prev) }}
+		if r%2 == 1 {
+			steps[0], steps[1] = steps[1], steps[0]
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
+		}
+	}
+	// AnySource: every other rank sends rank 0 a list of two blobs; rank 0
+	// takes them in arrival order and learns each sender.
+	pair := func(r int) [][]byte { return [][]byte{blob(r), []byte(fmt.Sprint("from ", r))} }
+	if r != 0 {
+		return send(pair(r), 0)
+	}
+	seen := map[int]bool{}
+	for i := 1; i < n; i++ {
+		got, from, err := pg.RecvObjectList(ctx, 2, comm.AnySource)
+		if err != nil {
+			return fmt.Errorf("RecvObjectList(AnySource): %w", err)
+		}
+		if from < 1 || from >= n || seen[from] {
+			return fmt.Errorf("RecvObjectList(AnySource): sender %d (seen %v)", from, seen)
+		}
+		seen[from] = true
+		if want := pair(from); len(got) != 2 || !bytes.Equal(got[0], want[0]) || !bytes.Equal(got[1], want[1]) {
+			return fmt.Errorf("RecvObjectList(AnySource) from %d: %q, want %q", from, got, want)
+		}
+	}
+	return nil
+}
+
 // checkSubgroups: NewGroup of the odd ranks (the others get rank -1) and
 // Split by parity ordered by descending rank, each running collectives,
 // and the world group still working afterwards.
@@ -605,6 +688,7 @@ var rankChecks = []struct {
 	{"SendRecv", checkSendRecv},
 	{"BatchCoalesce", checkBatchCoalesce},
 	{"Objects", checkObjects},
+	{"ObjectList", checkObjectList},
 	{"Subgroups", checkSubgroups},
 	{"Mismatch", checkMismatch},
 }
@@ -644,5 +728,37 @@ func TestCPUAbort(t *testing.T) {
 	t.Logf("aborted after %v", time.Since(start))
 	if err := pgs[0].Barrier(ctx).Wait(wctx); !errors.Is(err, comm.ErrAborted) {
 		t.Fatalf("op after Abort: %v, want ErrAborted", err)
+	}
+}
+
+// TestObjectListCountMismatch: a receiver asking for fewer objects than
+// the sender sent fails with ErrMismatch (the sizes message differs in
+// length) rather than hanging or misreading the payload. The sender's
+// SendObjectList, like any Send, may complete once its data has left
+// (docs/semantics.md), but the mismatch breaks the communicator, so its
+// next op fails.
+func TestObjectListCountMismatch(t *testing.T) {
+	pgs := cpuWorld(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	err := testrank.Ranks(2, 30*time.Second, func(r int) error {
+		if r == 0 {
+			if errs[0] = pgs[0].SendObjectList(ctx, [][]byte{[]byte("a"), []byte("bc"), []byte("def")}, 1); errs[0] == nil {
+				errs[0] = pgs[0].Barrier(ctx).Wait(ctx)
+			}
+		} else {
+			_, _, errs[1] = pgs[1].RecvObjectList(ctx, 2, 0)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs[1], comm.ErrMismatch) || !strings.Contains(errs[1].Error(), "Send(int64×3, peer 1)") {
+		t.Errorf("receiver asking for 2 of 3 objects: %v, want ErrMismatch naming the sender's 3 sizes", errs[1])
+	}
+	if !errors.Is(errs[0], comm.ErrMismatch) && !errors.Is(errs[0], comm.ErrRemoteAbort) {
+		t.Errorf("sender of 3 objects to a receiver of 2: %v, want the send or its next op to fail with ErrMismatch or ErrRemoteAbort", errs[0])
 	}
 }

@@ -2,7 +2,10 @@ package comm_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -229,5 +232,73 @@ func TestSequenceNumbers(t *testing.T) {
 	}
 	if s := waitSeq(pg0.Broadcast(ctx, f32(1), 0)); s != 7 {
 		t.Fatalf("collective after P2P: seq %d, want 7", s)
+	}
+}
+
+// TestAllToAllFingerprintString checks that an all-to-all's fingerprint,
+// which carries no count (per-rank totals legitimately differ), prints as
+// split sizes rather than a misleading "×0", both as lowered and in the
+// mismatch error a rank gets when its peer launched something else.
+func TestAllToAllFingerprintString(t *testing.T) {
+	ctx := context.Background()
+	pg, rec, _ := newRecorded(t, 1, 3)
+	if err := pg.AllToAllSingle(ctx, f32(6), f32(3), []int{2, 2, 2}, []int{1, 1, 1}).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.AllToAll(ctx, f32s(3, 2), f32s(3, 1)).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ops := rec.Ops()
+	if len(ops) != 2 {
+		t.Fatalf("engine got %d ops, want 2", len(ops))
+	}
+	for i, op := range ops {
+		s := op.FP.String()
+		if !strings.Contains(s, "AllToAll(float32, split sizes per rank)") || strings.Contains(s, "×0") {
+			t.Errorf("op %d fingerprint %q, want AllToAll(float32, split sizes per rank)", i, s)
+		}
+	}
+
+	pgs := cpuWorld(t, 2)
+	onRanks(t, pgs, func(ctx context.Context, pg *comm.ProcessGroup) error {
+		var w *comm.Work
+		if pg.Rank() == 0 {
+			w = pg.AllToAllSingle(ctx, f32(4), f32(4), nil, nil)
+		} else {
+			w = pg.AllReduce(ctx, f32(4), comm.Sum)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		err := w.Wait(wctx)
+		if !errors.Is(err, comm.ErrMismatch) {
+			return fmt.Errorf("rank %d: %v, want ErrMismatch", pg.Rank(), err)
+		}
+		if s := err.Error(); !strings.Contains(s, "AllToAll(float32, split sizes per rank)") || strings.Contains(s, "×0") || !strings.Contains(s, "(op, reduce op differ)") {
+			return fmt.Errorf("rank %d: mismatch error %q does not describe the all-to-all by its split sizes", pg.Rank(), s)
+		}
+		return nil
+	})
+}
+
+// TestCoalescedMixedDTypeString checks that a coalesced op of several
+// dtypes prints "mixed dtypes", not "dtype(0)".
+func TestCoalescedMixedDTypeString(t *testing.T) {
+	ctx := context.Background()
+	pg, rec, _ := newRecorded(t, 0, 2)
+	err := pg.Coalesce(ctx, func(c *comm.Coalescer) error {
+		if err := c.Broadcast(f32(2), 0); err != nil {
+			return err
+		}
+		return c.Broadcast(i64(3), 0)
+	}).Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := rec.Ops()
+	if len(ops) != 1 {
+		t.Fatalf("engine got %d ops, want 1", len(ops))
+	}
+	if s := ops[0].FP.String(); !strings.Contains(s, "Coalesced(mixed dtypes×5)") {
+		t.Errorf("fingerprint %q, want Coalesced(mixed dtypes×5)", s)
 	}
 }

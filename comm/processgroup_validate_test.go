@@ -122,10 +122,18 @@ func TestValidation(t *testing.T) {
 		{"batch empty", func() *comm.Work { return pg.BatchP2P(ctx, nil) }, []string{"non-empty"}},
 		{"batch any source", func() *comm.Work {
 			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}, {Op: comm.OpRecv, Buf: f32(1), Peer: comm.AnySource}})
-		}, []string{"ops[1]", "invalid source rank -1"}},
+		}, []string{"invalid argument to BatchP2P", "ops[1] (RECV)", "AnySource is not allowed in a batch"}},
 		{"batch wrong op type", func() *comm.Work {
-			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpAllReduce, Buf: f32(1), Peer: 0}})
-		}, []string{"ops[0]", "invalid P2P op type ALLREDUCE"}},
+			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}, {Op: comm.OpBroadcast, Buf: f32(1), Peer: 0}})
+		}, []string{"invalid argument to BatchP2P", "ops[1] (BROADCAST)", "op type is BROADCAST, expected SEND or RECV"}},
+		{"batch bad peer", func() *comm.Work {
+			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 9}})
+		}, []string{"invalid argument to BatchP2P", "ops[0] (SEND)", "invalid destination rank 9"}},
+		{"coalesce any source", func() *comm.Work {
+			return pg.Coalesce(ctx, func(c *comm.Coalescer) error {
+				return c.Recv(f32(2), comm.AnySource, 0)
+			})
+		}, []string{"AnySource is not allowed in a batch"}},
 		{"coalesce bad child", func() *comm.Work {
 			return pg.Coalesce(ctx, func(c *comm.Coalescer) error {
 				if err := c.AllReduce(f32(2), comm.Sum); err != nil {
@@ -216,6 +224,12 @@ func TestValidationDeviceEngine(t *testing.T) {
 	if _, err := pg.AllGatherBytes(ctx, []byte("x")); !errors.Is(err, comm.ErrUnsupported) {
 		t.Errorf("AllGatherBytes on nccl: %v, want ErrUnsupported", err)
 	}
+	if err := pg.SendObjectList(ctx, [][]byte{{1}}, 1); !errors.Is(err, comm.ErrUnsupported) {
+		t.Errorf("SendObjectList on nccl: %v, want ErrUnsupported", err)
+	}
+	if _, _, err := pg.RecvObjectList(ctx, 1, 1); !errors.Is(err, comm.ErrUnsupported) {
+		t.Errorf("RecvObjectList on nccl: %v, want ErrUnsupported", err)
+	}
 	if l.n != 1 {
 		t.Errorf("launcher got %d ops, want 1", l.n)
 	}
@@ -255,5 +269,80 @@ func TestGroupConfigValidate(t *testing.T) {
 	}
 	if _, err := pg.GlobalRank(3); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Errorf("GlobalRank(3): %v", err)
+	}
+}
+
+// TestBatchP2PErrorNamesCall checks that a BatchP2P rejection is headed by
+// BatchP2P (not by the bad entry's op) and that AnySource in a batch is
+// reported as such, not as an out-of-range rank.
+func TestBatchP2PErrorNamesCall(t *testing.T) {
+	ctx := context.Background()
+	pg, _, _ := newRecorded(t, 0, 3)
+	err := pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpBroadcast, Buf: f32(1), Peer: 1}}).Err()
+	var ae *comm.ArgError
+	if !errors.As(err, &ae) || !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Fatalf("BatchP2P with a BROADCAST entry: %v, want an *ArgError wrapping ErrInvalidArgument", err)
+	}
+	if ae.Call != "BatchP2P" || ae.Op != comm.OpCoalesced {
+		t.Errorf("ArgError call %q op %v, want BatchP2P COALESCED", ae.Call, ae.Op)
+	}
+	if strings.Contains(err.Error(), "to BROADCAST") {
+		t.Errorf("error %q is headed by the entry's op, not BatchP2P", err)
+	}
+	for _, call := range []func() error{
+		func() error {
+			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpRecv, Buf: f32(1), Peer: comm.AnySource}}).Err()
+		},
+		func() error {
+			return pg.Coalesce(ctx, func(c *comm.Coalescer) error { return c.Recv(f32(1), comm.AnySource, 0) }).Err()
+		},
+	} {
+		err := call()
+		if !errors.Is(err, comm.ErrInvalidArgument) || !errors.As(err, &ae) {
+			t.Fatalf("AnySource in a batch: %v, want an *ArgError wrapping ErrInvalidArgument", err)
+		}
+		if s := err.Error(); !strings.Contains(s, "AnySource is not allowed in a batch") || strings.Contains(s, "invalid source rank") {
+			t.Errorf("AnySource in a batch: %q, want it named as AnySource, not as an invalid rank", s)
+		}
+	}
+	// A lone IRecv still takes AnySource, and a send to -1 is still an
+	// out-of-range destination.
+	if err := pg.ISend(ctx, f32(1), comm.AnySource, 0).Err(); err == nil || !strings.Contains(err.Error(), "invalid destination rank -1") {
+		t.Errorf("ISend to -1: %v", err)
+	}
+}
+
+// TestObjectListValidation checks SendObjectList/RecvObjectList's argument
+// errors: headed by the method, naming the bad value, nothing sent.
+func TestObjectListValidation(t *testing.T) {
+	ctx := context.Background()
+	pg, rec, _ := newRecorded(t, 0, 3)
+	objs := [][]byte{[]byte("a")}
+	cases := []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"send to self", pg.SendObjectList(ctx, objs, 0), []string{"invalid argument to SendObjectList", "invalid destination rank 0", "should not be the same"}},
+		{"send out of range", pg.SendObjectList(ctx, objs, 3), []string{"invalid argument to SendObjectList", "invalid destination rank 3", "[0, 3)"}},
+		{"send to AnySource", pg.SendObjectList(ctx, objs, comm.AnySource), []string{"invalid destination rank -1"}},
+		{"recv negative count", func() error { _, _, err := pg.RecvObjectList(ctx, -1, 1); return err }(), []string{"invalid argument to RecvObjectList", "invalid object count -1"}},
+		{"recv out of range", func() error { _, _, err := pg.RecvObjectList(ctx, 1, 5); return err }(), []string{"invalid argument to RecvObjectList", "invalid source rank 5"}},
+		{"recv from self", func() error { _, _, err := pg.RecvObjectList(ctx, 1, 0); return err }(), []string{"invalid source rank 0", "should not be the same"}},
+	}
+	for _, tc := range cases {
+		var ae *comm.ArgError
+		if !errors.Is(tc.err, comm.ErrInvalidArgument) || !errors.As(tc.err, &ae) {
+			t.Errorf("%s: %v, want an *ArgError wrapping ErrInvalidArgument", tc.name, tc.err)
+			continue
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(tc.err.Error(), s) {
+				t.Errorf("%s: error %q does not contain %q", tc.name, tc.err, s)
+			}
+		}
+	}
+	if n := len(rec.Ops()); n != 0 {
+		t.Fatalf("%d ops reached the engine", n)
 	}
 }

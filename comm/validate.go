@@ -76,10 +76,15 @@ func (pg *ProcessGroup) checkRoot(op OpType, root int) error {
 
 // checkPeer reports a P2P peer outside the group or equal to the caller
 // (c10d: "Invalid destination rank: should not be the same as rank of the
-// current process"). AnySource is accepted for receives when anyOK.
+// current process"). AnySource is accepted for receives when anyOK; a
+// receive is only refused AnySource inside a batch (BatchP2P, Coalesce),
+// and is told so.
 func (pg *ProcessGroup) checkPeer(op OpType, peer int, anyOK bool) error {
-	if peer == AnySource && anyOK {
-		return nil
+	if peer == AnySource && op == OpRecv {
+		if anyOK {
+			return nil
+		}
+		return pg.argErr(op, "AnySource is not allowed in a batch (BatchP2P or Coalesce): a batched receive needs a source group rank in [0, %d); use IRecv for AnySource", pg.size)
 	}
 	role := "destination"
 	if op == OpRecv {

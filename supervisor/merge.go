@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/ranktree/ranktree/comm"
 )
 
 // Problems MergeDumps reports at a group's first bad seq.
@@ -66,8 +68,14 @@ type fpKey struct {
 	root             int32
 }
 
+// String reads like "ALLREDUCE(float32×1024, sum)"; an all-to-all, whose
+// fingerprint carries no count (per-rank totals differ), reads
+// "ALLTOALL(float32, split sizes per rank)".
 func (k fpKey) String() string {
 	s := fmt.Sprintf("%s(%s×%d", k.op, k.dtype, k.count)
+	if k.op == comm.OpAllToAll.String() && k.count == 0 {
+		s = fmt.Sprintf("%s(%s, split sizes per rank", k.op, k.dtype)
+	}
 	if k.root >= 0 {
 		s += fmt.Sprintf(", root %d", k.root)
 	}

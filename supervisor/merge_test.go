@@ -122,6 +122,12 @@ func TestMergeMismatchedOp(t *testing.T) {
 	if !strings.Contains(g.Detail, "rank 2: BROADCAST(float32×1024, root 0)") || !strings.Contains(g.Detail, "rank 0: ALLREDUCE(float32×1024, sum)") {
 		t.Errorf("detail %q", g.Detail)
 	}
+	// An all-to-all (no count in its fingerprint) reads by its split sizes.
+	e.Op, e.Root, e.Count = "ALLTOALL", -1, 0
+	g = MergeDumps(dumps).Groups[0]
+	if !strings.Contains(g.Detail, "rank 2: ALLTOALL(float32, split sizes per rank)") || strings.Contains(g.Detail, "×0") {
+		t.Errorf("all-to-all detail %q", g.Detail)
+	}
 	// A dtype or count difference is a mismatch too.
 	dumps[2].Entries[6] = dumps[0].Entries[6]
 	dumps[1].Entries[2].DType = "bfloat16"
