@@ -359,8 +359,8 @@ func runHonestyRank(t *testing.T, p testrank.Proc, transport string) {
 
 // TestKillNamesVictim: one rank of 3 or 4 processes dies by SIGKILL in the
 // middle of a run of all-reduces, at a random seq. Every survivor's op at
-// that seq (or the next, if the victim's last launch completed before the
-// kill) fails, the same one on every survivor, and its error names the dead rank (a *TransportError
+// that seq (or the next, if the victim's last launch completed, or completed
+// where its remaining messages were not needed, before the kill) fails, and its error names the dead rank (a *TransportError
 // whose Peer it is, or a *RemoteAbortError relayed by another survivor
 // with it as origin), never a survivor that was only passing the news on.
 func TestKillNamesVictim(t *testing.T) {
@@ -400,12 +400,12 @@ func TestKillNamesVictim(t *testing.T) {
 						}
 					}
 				}
-				// Every survivor fails the same op: the victim's last
-				// launch may have completed before the kill, so that is
-				// seq or seq+1, but never a mix.
-				if len(failedAt) > 1 {
-					t.Errorf("survivors failed at different seqs: %v", failedAt)
-				}
+				// A kill in the middle of the victim's last op can let the
+				// survivors that needed none of its remaining messages
+				// complete that op, while the others fail it: every
+				// survivor fails there or at the next op (docs/semantics.md,
+				// "A rank dies mid-op"), and each names the victim.
+				t.Logf("survivors' failing seqs: %v", failedAt)
 			})
 		}
 	}

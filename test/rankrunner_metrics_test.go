@@ -76,22 +76,7 @@ func TestRankrunnerMetrics(t *testing.T) {
 	dir := t.TempDir()
 	addr := fmt.Sprintf("127.0.0.1:%d", rrFreePort(t))
 	p := rrStartRunner(t, "--nproc-per-node", "2", "--job-id", "metricsjob", "--metrics-addr", addr, prog, dir, fmt.Sprint(n))
-	deadline := time.Now().Add(90 * time.Second)
-	for r := 0; r < 2; r++ {
-		for {
-			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err == nil {
-				break
-			}
-			select {
-			case <-p.done:
-				t.Fatalf("rankrunner exited %d before rank %d was ready", p.code, r)
-			case <-time.After(50 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("rank %d not ready", r)
-			}
-		}
-	}
+	rrWaitReady(t, p, dir, 2)
 	// The watchdog reports completions at its tick: wait for them.
 	var fams map[string]*dto.MetricFamily
 	for end := time.Now().Add(15 * time.Second); ; {
@@ -181,22 +166,7 @@ func TestRankrunnerMetricsFaults(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", rrFreePort(t))
 	p := rrStartRunnerEnv(t, []string{"RANKTREE_ASYNC_ERROR_HANDLING=CleanupOnly"}, "--nproc-per-node", "2", "--job-id", "metricsfault",
 		"--timeout", "1s", "--metrics-addr", addr, prog, dir, fmt.Sprint(n), "hang")
-	deadline := time.Now().Add(90 * time.Second)
-	for r := 0; r < 2; r++ {
-		for {
-			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err == nil {
-				break
-			}
-			select {
-			case <-p.done:
-				t.Fatalf("rankrunner exited %d before rank %d was ready", p.code, r)
-			case <-time.After(50 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("rank %d not ready", r)
-			}
-		}
-	}
+	rrWaitReady(t, p, dir, 2)
 	type want struct {
 		rank  string
 		name  string
@@ -250,22 +220,7 @@ func TestRankrunnerMetricsRestart(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", rrFreePort(t))
 	p := rrStartRunner(t, "--nproc-per-node", "2", "--job-id", "metricsrestart", "--max-restarts", "1", "--failure-grace", "0",
 		"--metrics-addr", addr, prog, dir, "3", "failfirst")
-	deadline := time.Now().Add(90 * time.Second)
-	for r := 0; r < 2; r++ {
-		for {
-			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err == nil {
-				break
-			}
-			select {
-			case <-p.done:
-				t.Fatalf("rankrunner exited %d before rank %d was ready; stderr:\n%s", p.code, r, p.stderr.String())
-			case <-time.After(50 * time.Millisecond):
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("rank %d not ready", r)
-			}
-		}
-	}
+	rrWaitReady(t, p, dir, 2)
 	fams := rrScrape(t, addr)
 	job := map[string]string{"job": "metricsrestart"}
 	for _, c := range []struct {
@@ -294,5 +249,27 @@ func TestRankrunnerMetricsRestart(t *testing.T) {
 	}
 	if c := p.wait(t, 60*time.Second); c != 0 {
 		t.Errorf("rankrunner exited %d after the restarted attempt", c)
+	}
+}
+
+// rrWaitReady waits (90 s at most) until ranks 0..n-1 of a metricsprog job
+// wrote dir/ready-<rank>; it fails the test if rankrunner exits first.
+func rrWaitReady(t *testing.T, p *rrProc, dir string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for r := 0; r < n; r++ {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("ready-%d", r))); err == nil {
+				break
+			}
+			select {
+			case <-p.done:
+				t.Fatalf("rankrunner exited %d before rank %d was ready; stderr:\n%s", p.code, r, p.stderr.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("rank %d not ready", r)
+			}
+		}
 	}
 }
