@@ -21,10 +21,19 @@ const (
 	Int32                     // int32, 4 bytes
 	Int64                     // int64, 8 bytes
 	Bool                      // bool, 1 byte (0 or 1)
+	// Complex64 is torch.complex64 (torch.cfloat): a float32 real part
+	// followed by a float32 imaginary part, 8 bytes (Go's complex64).
+	// Reductions allow Sum, Avg and PreMulSum only, as torch.distributed,
+	// and run as float32 reductions over 2×count elements
+	// (torch.view_as_real).
+	Complex64
+	// Complex128 is torch.complex128 (torch.cdouble): two float64 parts,
+	// 16 bytes (Go's complex128); reduced like Complex64 through float64.
+	Complex128
 )
 
 // AllDTypes lists every valid DType, in declaration order.
-var AllDTypes = []DType{Float32, Float64, Float16, BFloat16, Int8, Uint8, Int32, Int64, Bool}
+var AllDTypes = []DType{Float32, Float64, Float16, BFloat16, Int8, Uint8, Int32, Int64, Bool, Complex64, Complex128}
 
 var dtypeInfo = [...]struct {
 	name string
@@ -33,10 +42,11 @@ var dtypeInfo = [...]struct {
 	{"invalid", 0},
 	{"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2},
 	{"int8", 1}, {"uint8", 1}, {"int32", 4}, {"int64", 8}, {"bool", 1},
+	{"complex64", 8}, {"complex128", 16},
 }
 
 // Valid reports whether d is one of the declared element types.
-func (d DType) Valid() bool { return d >= Float32 && d <= Bool }
+func (d DType) Valid() bool { return d >= Float32 && d <= Complex128 }
 
 // Size is the size of one element in bytes; 0 for an invalid DType.
 func (d DType) Size() int {
@@ -60,14 +70,32 @@ func (d DType) IsFloating() bool {
 	return d == Float32 || d == Float64 || d == Float16 || d == BFloat16
 }
 
+// IsComplex reports whether d is a complex type (complex64, complex128),
+// as torch.is_complex. Complex types are not floating (IsFloating is false
+// for them, as torch.is_floating_point).
+func (d DType) IsComplex() bool { return d == Complex64 || d == Complex128 }
+
+// Real is the type of one part of a complex element: float32 for
+// Complex64, float64 for Complex128 (the dtype of torch.view_as_real's
+// result, which has twice the elements). Every other dtype is its own Real.
+func (d DType) Real() DType {
+	switch d {
+	case Complex64:
+		return Float32
+	case Complex128:
+		return Float64
+	}
+	return d
+}
+
 // IsIntegral reports whether d is an integer type (bool excluded).
 func (d DType) IsIntegral() bool {
 	return d == Int8 || d == Uint8 || d == Int32 || d == Int64
 }
 
 // ParseDType maps a torch-style name ("float32", "float", "half", "bf16",
-// "int64", "bool", ...) to a DType. Unknown names give an error wrapping
-// ErrInvalidArgument.
+// "int64", "bool", "complex64", "cfloat", "cdouble", ...) to a DType.
+// Unknown names give an error wrapping ErrInvalidArgument.
 func ParseDType(s string) (DType, error) {
 	switch s {
 	case "float32", "float", "f32", "fp32":
@@ -88,6 +116,10 @@ func ParseDType(s string) (DType, error) {
 		return Int64, nil
 	case "bool":
 		return Bool, nil
+	case "complex64", "cfloat", "c64":
+		return Complex64, nil
+	case "complex128", "cdouble", "c128":
+		return Complex128, nil
 	}
 	return 0, fmt.Errorf("%w: unknown dtype %q", ErrInvalidArgument, s)
 }
@@ -109,7 +141,7 @@ func (b BFloat16Value) Float32() float32 { return bf16ToF32(uint16(b)) }
 // Elem is the set of Go element types a host Buffer can hold; each maps to
 // exactly one DType.
 type Elem interface {
-	float32 | float64 | Float16Value | BFloat16Value | int8 | uint8 | int32 | int64 | bool
+	float32 | float64 | Float16Value | BFloat16Value | int8 | uint8 | int32 | int64 | bool | complex64 | complex128
 }
 
 // DTypeOf returns the DType of element type T.
@@ -134,6 +166,10 @@ func DTypeOf[T Elem]() DType {
 		return Int64
 	case bool:
 		return Bool
+	case complex64:
+		return Complex64
+	case complex128:
+		return Complex128
 	}
 	panic("unreachable: Elem covers every case")
 }

@@ -691,6 +691,7 @@ var rankChecks = []struct {
 	{"ObjectList", checkObjectList},
 	{"Subgroups", checkSubgroups},
 	{"Mismatch", checkMismatch},
+	{"Complex", checkComplex},
 }
 
 // TestCPU runs every check for world sizes 1 to 4 with ranks as goroutines

@@ -60,6 +60,12 @@ func TestValidation(t *testing.T) {
 		{"invalid buffer", func() *comm.Work { return pg.AllReduce(ctx, comm.Buffer{}, comm.Sum) }, []string{"not a valid buffer"}},
 		{"bitwise on float", func() *comm.Work { return pg.AllReduce(ctx, f32(4), comm.BAnd) }, []string{"Cannot use ReduceOp.band", "float32"}},
 		{"avg on int", func() *comm.Work { return pg.AllReduce(ctx, comm.HostBuffer(make([]int32, 3)), comm.Avg) }, []string{"avg", "int32", "floating"}},
+		{"max on complex64", func() *comm.Work { return pg.AllReduce(ctx, comm.HostBuffer(make([]complex64, 3)), comm.Max) }, []string{"Cannot use ReduceOp.max", "complex64", "sum, avg and premul_sum"}},
+		{"product on complex128", func() *comm.Work { return pg.AllReduce(ctx, comm.HostBuffer(make([]complex128, 3)), comm.Product) }, []string{"ReduceOp.product", "complex128"}},
+		{"min on complex reduce_scatter", func() *comm.Work {
+			return pg.ReduceScatterTensor(ctx, comm.HostBuffer(make([]complex64, 1)), comm.HostBuffer(make([]complex64, 4)), comm.Min)
+		}, []string{"REDUCE_SCATTER", "ReduceOp.min", "complex64"}},
+		{"bxor on complex", func() *comm.Work { return pg.Reduce(ctx, comm.HostBuffer(make([]complex64, 3)), 0, comm.BXor) }, []string{"ReduceOp.bxor", "complex64"}},
 		{"premul nan", func() *comm.Work { return pg.AllReduce(ctx, f32(4), comm.PreMulSum(math.NaN())) }, []string{"not finite"}},
 		{"device buffer on host engine", func() *comm.Work { return pg.AllReduce(ctx, dev, comm.Sum) }, []string{"cuda:0", "only handles host buffers"}},
 		{"broadcast root too big", func() *comm.Work { return pg.Broadcast(ctx, f32(4), 4) }, []string{"invalid root rank 4", "[0, 4)"}},

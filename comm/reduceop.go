@@ -9,7 +9,9 @@ import (
 type RedOpType uint8
 
 // The reductions. Bitwise ones apply to integer and bool types only; Avg and
-// PreMulSum to floating types only (c10d's rules for ProcessGroupNCCL).
+// PreMulSum to floating and complex types only; complex types take Sum, Avg
+// and PreMulSum only (c10d's rules: ProcessGroupNCCL's dtype checks and
+// torch.distributed's supports_complex).
 const (
 	RedSum RedOpType = iota + 1
 	RedAvg
@@ -112,10 +114,22 @@ func ParseReduceOp(s string) (ReduceOp, error) {
 
 // Check reports whether o may reduce elements of type dt, with c10d's rules:
 // bitwise ops need an integer or bool type; Avg and PreMulSum need a floating
-// type; PreMulSum's factor must be finite. The error wraps ErrInvalidArgument.
+// or complex type; complex types allow Sum, Avg and PreMulSum only (torch
+// refuses Product, Min, Max and the bitwise ops on complex tensors:
+// supports_complex in distributed_c10d.py); PreMulSum's factor must be
+// finite. PreMulSum's factor is real for complex types too: it scales both
+// parts, as torch's premul_sum on view_as_real. The error wraps
+// ErrInvalidArgument and names the op and the dtype.
 func (o ReduceOp) Check(dt DType) error {
 	if !dt.Valid() {
 		return fmt.Errorf("%w: invalid dtype %v", ErrInvalidArgument, dt)
+	}
+	if dt.IsComplex() {
+		switch o.typ {
+		case RedSum, RedAvg, RedPreMulSum:
+		case RedProduct, RedMin, RedMax, RedBAnd, RedBOr, RedBXor:
+			return fmt.Errorf("%w: Cannot use ReduceOp.%s with dtype %v: complex tensors support only sum, avg and premul_sum", ErrInvalidArgument, o.typ, dt)
+		}
 	}
 	switch o.typ {
 	case RedSum, RedProduct, RedMin, RedMax:
@@ -126,8 +140,8 @@ func (o ReduceOp) Check(dt DType) error {
 		}
 		return fmt.Errorf("%w: Cannot use ReduceOp.%s with dtype %v: bitwise ops need an integer or bool dtype", ErrInvalidArgument, o.typ, dt)
 	case RedAvg, RedPreMulSum:
-		if !dt.IsFloating() {
-			return fmt.Errorf("%w: Cannot use ReduceOp.%s with dtype %v: it needs a floating dtype", ErrInvalidArgument, o.typ, dt)
+		if !dt.IsFloating() && !dt.IsComplex() {
+			return fmt.Errorf("%w: Cannot use ReduceOp.%s with dtype %v: it needs a floating dtype (or a complex one)", ErrInvalidArgument, o.typ, dt)
 		}
 		if o.typ == RedPreMulSum && (math.IsNaN(o.factor) || math.IsInf(o.factor, 0)) {
 			return fmt.Errorf("%w: PreMulSum factor %v is not finite", ErrInvalidArgument, o.factor)

@@ -73,7 +73,7 @@ func TestReduce(t *testing.T) {
 	forEachGroup(t, Options{}, func(t *testing.T, g *group) {
 		n := len(g.engines)
 		for _, count := range []int{0, 1, 999} {
-			for _, dt := range []comm.DType{comm.Float32, comm.BFloat16, comm.Int64, comm.Bool} {
+			for _, dt := range []comm.DType{comm.Float32, comm.BFloat16, comm.Int64, comm.Bool, comm.Complex64} {
 				for _, red := range opsFor(dt) {
 					for root := range n {
 						bufs := make([]comm.Buffer, n)
@@ -92,7 +92,7 @@ func TestReduce(t *testing.T) {
 								if r == root {
 									want = refReduce(dt, red, n, i)
 								}
-								mustEq(t, fmt.Sprintf("reduce %v %v root %d rank %d elem %d", dt, red, root, r, i), dt, getF(bufs[r], i), want)
+								mustEqAt(t, fmt.Sprintf("reduce %v %v root %d rank %d elem %d", dt, red, root, r, i), bufs[r], i, want)
 							}
 						}
 					}

@@ -129,10 +129,36 @@ func setF(b comm.Buffer, i int, v float64) {
 	case comm.Bool:
 		s, _ := comm.AsSlice[bool](b)
 		s[i] = v != 0
+	case comm.Complex64:
+		// The imaginary part is -2× the real one, so linear reductions
+		// keep that relation (checked by imagOK).
+		s, _ := comm.AsSlice[complex64](b)
+		s[i] = complex(float32(v), float32(-2*v))
+	case comm.Complex128:
+		s, _ := comm.AsSlice[complex128](b)
+		s[i] = complex(v, -2*v)
 	}
 }
 
-// getF reads element i of b as float64.
+// imagOK reports whether element i of a complex buffer still has an
+// imaginary part of -2× its real part (as setF writes it), within dt's
+// tolerance; true for other dtypes.
+func imagOK(b comm.Buffer, i int) bool {
+	var re, im float64
+	switch b.DType() {
+	case comm.Complex64:
+		s, _ := comm.AsSlice[complex64](b)
+		re, im = float64(real(s[i])), float64(imag(s[i]))
+	case comm.Complex128:
+		s, _ := comm.AsSlice[complex128](b)
+		re, im = real(s[i]), imag(s[i])
+	default:
+		return true
+	}
+	return approxEq(b.DType(), im, -2*re)
+}
+
+// getF reads element i of b as float64 (the real part of a complex one).
 func getF(b comm.Buffer, i int) float64 {
 	switch b.DType() {
 	case comm.Float32:
@@ -165,6 +191,12 @@ func getF(b comm.Buffer, i int) float64 {
 			return 1
 		}
 		return 0
+	case comm.Complex64:
+		s, _ := comm.AsSlice[complex64](b)
+		return float64(real(s[i]))
+	case comm.Complex128:
+		s, _ := comm.AsSlice[complex128](b)
+		return real(s[i])
 	}
 	panic("bad dtype")
 }
@@ -183,9 +215,9 @@ func tol(dt comm.DType) float64 {
 		return 4e-3
 	case comm.BFloat16:
 		return 3e-2
-	case comm.Float32:
+	case comm.Float32, comm.Complex64:
 		return 1e-6
-	case comm.Float64:
+	case comm.Float64, comm.Complex128:
 		return 1e-12
 	}
 	return 0
@@ -196,6 +228,16 @@ func approxEq(dt comm.DType, got, want float64) bool {
 		return true
 	}
 	return math.Abs(got-want) <= tol(dt)*math.Max(1, math.Abs(want))
+}
+
+// mustEqAt checks element i of b against want (the real part for a
+// complex dtype, whose imaginary part must keep imagOK's relation).
+func mustEqAt(t testing.TB, what string, b comm.Buffer, i int, want float64) {
+	t.Helper()
+	mustEq(t, what, b.DType(), getF(b, i), want)
+	if !imagOK(b, i) {
+		t.Fatalf("%s: imaginary part of %v is not -2× the real part (%v)", what, getF(b, i), b.DType())
+	}
 }
 
 func mustEq(t testing.TB, what string, dt comm.DType, got, want float64) {

@@ -13,7 +13,8 @@
 // collectives AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, Send,
 // Recv, GroupStart/GroupEnd and RedOpCreatePreMulSum. DataType covers
 // every ncclDataType_t (fp8 included); DataTypeOf maps comm.DType (bool as
-// ncclUint8). Failures are *Error values with ncclGetLastError's text,
+// ncclUint8; complex64/complex128, which NCCL lacks, are launched as real
+// pairs of twice the count, as c10d's view_as_real). Failures are *Error values with ncclGetLastError's text,
 // unwrapping to comm.ErrEngine.
 //
 // # Engine

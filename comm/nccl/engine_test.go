@@ -24,8 +24,12 @@ type opCase struct {
 	build func(v *env, dt comm.DType, n int) (op *comm.Op, check comm.Buffer, want []byte)
 }
 
-func floating(dt comm.DType) bool { return dt.IsFloating() }
+// floating: the dtypes Avg and PreMulSum take (floating and complex).
+func floating(dt comm.DType) bool { return dt.IsFloating() || dt.IsComplex() }
 func any_(comm.DType) bool        { return true }
+
+// notComplex: Product, Min and Max, which torch refuses on complex dtypes.
+func notComplex(dt comm.DType) bool { return !dt.IsComplex() }
 
 func reduceCase(name string, ro comm.ReduceOp, scale float64, ok func(comm.DType) bool) opCase {
 	return opCase{name: name, ok: ok, build: func(v *env, dt comm.DType, n int) (*comm.Op, comm.Buffer, []byte) {
@@ -38,9 +42,9 @@ func reduceCase(name string, ro comm.ReduceOp, scale float64, ok func(comm.DType
 
 var opCases = []opCase{
 	reduceCase("AllReduceSum", comm.Sum, 1, any_),
-	reduceCase("AllReduceProduct", comm.Product, 1, any_),
-	reduceCase("AllReduceMin", comm.Min, 1, any_),
-	reduceCase("AllReduceMax", comm.Max, 1, any_),
+	reduceCase("AllReduceProduct", comm.Product, 1, notComplex),
+	reduceCase("AllReduceMin", comm.Min, 1, notComplex),
+	reduceCase("AllReduceMax", comm.Max, 1, notComplex),
 	reduceCase("AllReduceAvg", comm.Avg, 1, floating),
 	reduceCase("AllReducePreMulSum", comm.PreMulSum(0.5), 0.5, floating),
 	{name: "Broadcast", ok: any_, build: func(v *env, dt comm.DType, n int) (*comm.Op, comm.Buffer, []byte) {
@@ -68,7 +72,7 @@ var opCases = []opCase{
 		out := v.dev(dt, make([]byte, len(in)), 0)
 		return &comm.Op{Type: comm.OpReduceScatter, Reduce: comm.Sum.ForDType(dt), In: []comm.Buffer{v.dev(dt, in, 0)}, Out: []comm.Buffer{out}}, out, in
 	}},
-	{name: "ReduceScatterV", ok: any_, build: func(v *env, dt comm.DType, n int) (*comm.Op, comm.Buffer, []byte) {
+	{name: "ReduceScatterV", ok: notComplex, build: func(v *env, dt comm.DType, n int) (*comm.Op, comm.Buffer, []byte) {
 		in := encode(dt, n, func(i int) float64 { return value(dt, i) })
 		out := v.dev(dt, make([]byte, len(in)), 0)
 		return &comm.Op{Type: comm.OpReduceScatterV, Reduce: comm.Max, RecvCounts: []int{n}, In: []comm.Buffer{v.dev(dt, in, 0)}, Out: []comm.Buffer{out}}, out, in

@@ -98,6 +98,10 @@ func encode(dt comm.DType, count int, f func(i int) float64) []byte {
 			if x != 0 {
 				*(*uint8)(p) = 1
 			}
+		case comm.Complex64: // imaginary part -2× the real part
+			*(*complex64)(p) = complex(float32(x), float32(-2*x))
+		case comm.Complex128:
+			*(*complex128)(p) = complex(x, -2*x)
 		}
 	}
 	return b

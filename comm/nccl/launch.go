@@ -217,6 +217,9 @@ func (l *launcher) op(op *comm.Op) error {
 			return nil
 		})
 	}
+	if opDType(op).IsComplex() {
+		op = viewAsReal(op)
+	}
 	nc, h, s := l.e.nc, l.h, l.s
 	rank, n := l.e.cfg.Rank, l.e.cfg.Size
 	if op.Type == comm.OpBarrier {
@@ -381,18 +384,61 @@ func totalLen(bufs []comm.Buffer) int {
 	return t
 }
 
-// dtype is the NCCL type of op's elements (from its first buffer).
-func (l *launcher) dtype(op *comm.Op) (DataType, error) {
-	var dt comm.DType
+// opDType is the dtype of op's elements (from its first buffer).
+func opDType(op *comm.Op) comm.DType {
 	switch {
 	case len(op.In) > 0:
-		dt = op.In[0].DType()
+		return op.In[0].DType()
 	case len(op.Out) > 0:
-		dt = op.Out[0].DType()
-	default:
-		dt = op.FP.DType
+		return op.Out[0].DType()
 	}
-	return DataTypeOf(dt)
+	return op.FP.DType
+}
+
+// dtype is the NCCL type of op's elements (from its first buffer).
+func (l *launcher) dtype(op *comm.Op) (DataType, error) {
+	return DataTypeOf(opDType(op))
+}
+
+// viewAsReal returns a copy of op (not a Coalesced one) whose complex
+// buffers are viewed as real pairs: each buffer of n complex64 (complex128)
+// elements becomes 2n float32 (float64) elements at the same address, and
+// split or V-variant counts double. NCCL has no complex types; this is
+// what c10d's ProcessGroupNCCL gets from torch.view_as_real. It is exact
+// for the ops ProcessGroup allows on complex dtypes: data movement, and
+// Sum, Avg and PreMulSum with a real factor, which act on each part alone.
+func viewAsReal(op *comm.Op) *comm.Op {
+	v := *op
+	v.In = realBufs(op.In)
+	v.Out = realBufs(op.Out)
+	v.SendCounts = doubled(op.SendCounts)
+	v.RecvCounts = doubled(op.RecvCounts)
+	return &v
+}
+
+func realBufs(bufs []comm.Buffer) []comm.Buffer {
+	if bufs == nil {
+		return nil
+	}
+	out := make([]comm.Buffer, len(bufs))
+	for i, b := range bufs {
+		out[i] = b
+		if b.DType().IsComplex() {
+			out[i] = comm.DeviceBuffer(b.DevicePtr(), 2*b.Len(), b.DType().Real(), b.Device(), b.Stream())
+		}
+	}
+	return out
+}
+
+func doubled(counts []int) []int {
+	if counts == nil {
+		return nil
+	}
+	out := make([]int, len(counts))
+	for i, c := range counts {
+		out[i] = 2 * c
+	}
+	return out
 }
 
 // redOp maps op's reduction to NCCL, as c10d's getNcclReduceOp: bool Sum

@@ -79,10 +79,15 @@ func (d DataType) Size() int {
 }
 
 // DataTypeOf maps a comm.DType to NCCL's type, as c10d's getNcclDataType:
-// bool travels as ncclUint8 (0/1 bytes). Every comm.DType has a mapping; an
-// invalid one gives an error wrapping comm.ErrInvalidArgument.
+// bool travels as ncclUint8 (0/1 bytes). NCCL has no complex types:
+// complex64 and complex128 give an error wrapping comm.ErrUnsupported (the
+// engine launches them as 2×count elements of DataTypeOf(dt.Real()), as
+// c10d does with torch.view_as_real). An invalid dtype gives an error
+// wrapping comm.ErrInvalidArgument.
 func DataTypeOf(dt comm.DType) (DataType, error) {
 	switch dt {
+	case comm.Complex64, comm.Complex128:
+		return 0, fmt.Errorf("%w: dtype %v has no NCCL type (launch it as 2×count %v: view_as_real)", comm.ErrUnsupported, dt, dt.Real())
 	case comm.Float32:
 		return Float32, nil
 	case comm.Float64:

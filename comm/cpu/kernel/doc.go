@@ -9,7 +9,7 @@
 //	Reduce(dst, src, dt, op)         dst[i] = op(dst[i], src[i])   (one goroutine)
 //	ReduceParallel(dst, src, dt, op) the same, split across GOMAXPROCS goroutines
 //	                                 when len(dst) >= ParallelThreshold
-//	Scale(buf, dt, f)                buf[i] *= f                    (floating types)
+//	Scale(buf, dt, f)                buf[i] *= f                    (floating and complex types)
 //	ToFloat32 / FromFloat32          bulk float16/bfloat16 <-> float32 conversion
 //
 // How each dtype is reduced:
@@ -29,6 +29,12 @@
 //     torch's integer tensors wrap. Bitwise ops, and Sum of int8/uint8/int32,
 //     work on 8-byte words (SWAR: lane-wise adds that do not carry across
 //     lanes); the rest are plain element loops.
+//   - complex64, complex128: Sum only (with Avg and PreMulSum, which reduce
+//     as Sum; torch refuses the other ops on complex tensors). A complex
+//     element is two floats, so the sum is the float32 (float64) kernel over
+//     twice the elements, as torch reduces view_as_real; Scale multiplies
+//     both parts by the real factor. Buffers need only their parts'
+//     alignment (4 or 8 bytes) for the fast path.
 //   - bool: one byte per element; any non-zero byte is true and results are
 //     0 or 1. Sum and Max are logical or, Product and Min logical and (c10d's
 //     mapping), BAnd/BOr/BXor are and/or/xor; all on 8-byte words.

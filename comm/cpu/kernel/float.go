@@ -65,17 +65,20 @@ func reduceF64(d, s []float64, t comm.RedOpType) {
 // engine uses it to finish Avg (f = 1/n, as ncclAvg) and to pre-multiply
 // PreMulSum inputs (ncclRedOpCreatePreMulSum). float64 multiplies by f;
 // float32 by float32(f); float16 and bfloat16 are widened to float32, scaled
-// by float32(f) and rounded back (ties to even). f is not checked: a NaN or
-// infinite f gives what IEEE multiplication gives. f == 1 returns at once.
+// by float32(f) and rounded back (ties to even); complex64 and complex128
+// multiply both parts by the real f (float32(f) for complex64), as torch
+// scales view_as_real. f is not checked: a NaN or infinite f gives what
+// IEEE multiplication gives. f == 1 returns at once.
 //
 // Errors (an *Error wrapping comm.ErrInvalidArgument, buf untouched): dt is
-// not a floating type, or len(buf) is not a whole number of elements.
+// not a floating or complex type, or len(buf) is not a whole number of
+// elements.
 func Scale(buf []byte, dt comm.DType, f float64) error {
 	fail := func(msg string) error {
 		return &Error{Func: "Scale", DType: dt, DstBytes: len(buf), SrcBytes: -1, Msg: msg}
 	}
-	if !dt.IsFloating() {
-		return fail("Scale needs a floating dtype")
+	if !dt.IsFloating() && !dt.IsComplex() {
+		return fail("Scale needs a floating dtype (or a complex one)")
 	}
 	if len(buf)%dt.Size() != 0 {
 		return fail("length is not a whole number of elements")
@@ -83,7 +86,7 @@ func Scale(buf []byte, dt comm.DType, f float64) error {
 	if f == 1 || len(buf) == 0 {
 		return nil
 	}
-	if isAligned(buf, dt.Size()) {
+	if isAligned(buf, dt.Real().Size()) {
 		scaleAligned(buf, dt, f)
 		return nil
 	}
@@ -102,15 +105,15 @@ func Scale(buf []byte, dt comm.DType, f float64) error {
 // scaleAligned scales an aligned buffer of a floating dtype.
 func scaleAligned(buf []byte, dt comm.DType, f float64) {
 	switch dt {
-	case comm.Float32:
+	case comm.Float32, comm.Complex64:
 		vek32.MulNumber_Inplace(view[float32](buf), float32(f))
-	case comm.Float64:
+	case comm.Float64, comm.Complex128:
 		vek.MulNumber_Inplace(view[float64](buf), f)
 	case comm.Float16:
 		scaleHalf(view[uint16](buf), float32(f), f16ToF32, f32ToF16)
 	case comm.BFloat16:
 		scaleHalf(view[uint16](buf), float32(f), bf16ToF32, f32ToBF16)
 	default:
-		panic("kernel: unreachable: Scale checked IsFloating")
+		panic("kernel: unreachable: Scale checked IsFloating and IsComplex")
 	}
 }

@@ -54,7 +54,7 @@ func reduce(dst, src []byte, dt comm.DType, t comm.RedOpType) {
 	if len(dst) == 0 {
 		return
 	}
-	size := dt.Size()
+	size := dt.Real().Size() // complex elements need their parts' alignment only
 	same, _ := overlap(dst, src)
 	if same || !isAligned(dst, size) || !isAligned(src, size) {
 		reduceStaged(dst, src, dt, t)
@@ -100,6 +100,12 @@ func reduceAligned(dst, src []byte, dt comm.DType, t comm.RedOpType) {
 		reduceIntBytes[int64](dst, src, t, 0) // 64-bit adds are native already
 	case comm.Bool:
 		reduceBoolBytes(dst, src, t)
+	case comm.Complex64:
+		// A complex sum is the sum of the real and imaginary parts: a
+		// float32 sum over twice the elements (torch.view_as_real).
+		reduceF32(view[float32](dst), view[float32](src), t)
+	case comm.Complex128:
+		reduceF64(view[float64](dst), view[float64](src), t)
 	default:
 		panic("kernel: unreachable: dtype validated by ReduceOp.Check")
 	}

@@ -145,6 +145,9 @@ func refReduce(dst, src []byte, dt comm.DType, op comm.ReduceOp) []byte {
 			ne.PutUint64(o, uint64(refInt(int64(ne.Uint64(a)), int64(ne.Uint64(b)), t)))
 		case comm.Bool:
 			o[0] = refBool(a[0], b[0], t)
+		case comm.Complex64, comm.Complex128:
+			// (a+bi) + (c+di) = (a+c) + (b+d)i: each part on its own.
+			copy(o, refReduce(a, b, dt.Real(), op))
 		}
 	}
 	return out
@@ -167,7 +170,14 @@ func isNaNAt(b []byte, dt comm.DType) bool {
 
 // firstDiff returns the byte offset of the first element where got and want
 // differ, treating any two NaNs as equal (payloads are not specified), or -1.
+// Complex elements compare part by part.
 func firstDiff(got, want []byte, dt comm.DType) int {
+	if dt.IsComplex() {
+		if i := firstDiff(got, want, dt.Real()); i >= 0 {
+			return i / dt.Size() * dt.Size()
+		}
+		return -1
+	}
 	sz := dt.Size()
 	for i := 0; i+sz <= len(want); i += sz {
 		g, w := got[i:i+sz], want[i:i+sz]
@@ -195,6 +205,7 @@ func randomElems(r *rand.Rand, b []byte, dt comm.DType) {
 	for i := range b {
 		b[i] = byte(r.Uint32())
 	}
+	dt = dt.Real() // a complex element's parts get specials on their own
 	sz := dt.Size()
 	if !dt.IsFloating() {
 		return

@@ -25,7 +25,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	fs.SetOutput(stderr)
 	collective := fs.String("collective", "allreduce", "allreduce | allgather | broadcast | reducescatter | alltoall")
 	op := fs.String("op", "sum", "reduction: sum | avg | prod | min | max | band | bor | bxor")
-	dtype := fs.String("dtype", "float32", "element type: float32 | float64 | float16 | bfloat16 | int8 | uint8 | int32 | int64 | bool")
+	dtype := fs.String("dtype", "float32", "element type: float32 | float64 | float16 | bfloat16 | int8 | uint8 | int32 | int64 | bool | complex64 | complex128")
 	sizes := fs.String("sizes", "4..64MiB", "comma-separated message sizes (4, 4KiB, 64MiB; A..B doubles from A to B)")
 	iters := fs.Int("iters", 20, "timed iterations per size")
 	warmup := fs.Int("warmup", 5, "untimed warm-up iterations per size")

@@ -43,7 +43,8 @@ func TestParseArgsAll(t *testing.T) {
 
 func TestParseArgsErrors(t *testing.T) {
 	for _, args := range [][]string{
-		{"--collective", "gather"}, {"--op", "mean"}, {"--dtype", "complex64"}, {"--sizes", "4,x"},
+		{"--collective", "gather"}, {"--op", "mean"}, {"--dtype", "complex32"}, {"--sizes", "4,x"},
+		{"--dtype", "complex64", "--op", "max"}, // torch refuses max on complex
 		{"--iters", "0"}, {"--warmup", "-1"}, {"--root", "-2"}, {"--transport", "ib"}, {"extra"},
 		{"--op", "band"}, // bitwise op on the default float32
 		{"--dtype", "int32", "--op", "avg"},

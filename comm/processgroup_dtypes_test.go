@@ -1,0 +1,176 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// cv is rank r's complex test value: real and imaginary parts differ, so a
+// reduction that dropped or swapped a part would show.
+func cv[C complex64 | complex128](r int) C { return C(complex(float64(r+1), -float64(2*r+1))) }
+
+// checkComplexOf runs the collectives torch allows on complex tensors with
+// element type C (complex64 or complex128), as distributed_test.py's
+// *_complex tests: all_reduce with sum, avg and premul_sum (Σ(r+1) -
+// Σ(2r+1)i = n(n+1)/2 - n²i), broadcast from every root, all_gather (list
+// and flat), scatter, all_to_all (list form and all_to_all_single).
+func checkComplexOf[C complex64 | complex128](ctx context.Context, pg *comm.ProcessGroup) error {
+	n, r := pg.Size(), pg.Rank()
+	dt := comm.DTypeOf[C]()
+	nf := float64(n)
+	sum := complex(nf*(nf+1)/2, -nf*nf)
+	for _, c := range []struct {
+		red  comm.ReduceOp
+		want complex128
+	}{{comm.Sum, sum}, {comm.Avg, sum / complex(nf, 0)}, {comm.PreMulSum(2), 2 * sum}} {
+		buf := fill(5, cv[C](r))
+		if err := pg.AllReduce(ctx, comm.HostBuffer(buf), c.red).Wait(ctx); err != nil {
+			return fmt.Errorf("%v all_reduce %v: %w", dt, c.red, err)
+		}
+		if err := allEqual(buf, C(c.want)); err != nil {
+			return fmt.Errorf("%v all_reduce %v: %w", dt, c.red, err)
+		}
+	}
+	for root := range n {
+		buf := make([]C, 3)
+		if r == root {
+			buf = fill(3, cv[C](root))
+		}
+		if err := pg.Broadcast(ctx, comm.HostBuffer(buf), root).Wait(ctx); err != nil {
+			return err
+		}
+		if err := allEqual(buf, cv[C](root)); err != nil {
+			return fmt.Errorf("%v broadcast from %d: %w", dt, root, err)
+		}
+	}
+	outs, bufs := make([][]C, n), make([]comm.Buffer, n)
+	for i := range outs {
+		outs[i] = make([]C, 2)
+		bufs[i] = comm.HostBuffer(outs[i])
+	}
+	if err := pg.AllGather(ctx, bufs, comm.HostBuffer(fill(2, cv[C](r)))).Wait(ctx); err != nil {
+		return err
+	}
+	for i := range outs {
+		if err := allEqual(outs[i], cv[C](i)); err != nil {
+			return fmt.Errorf("%v all_gather part %d: %w", dt, i, err)
+		}
+	}
+	flat := make([]C, 2*n)
+	if err := pg.AllGatherInto(ctx, comm.HostBuffer(flat), comm.HostBuffer(fill(2, cv[C](r)))).Wait(ctx); err != nil {
+		return err
+	}
+	for i := range n {
+		if err := allEqual(flat[2*i:2*i+2], cv[C](i)); err != nil {
+			return fmt.Errorf("%v all_gather_into_tensor part %d: %w", dt, i, err)
+		}
+	}
+	var ins []comm.Buffer
+	if r == 0 {
+		for i := range n {
+			ins = append(ins, comm.HostBuffer(fill(4, cv[C](10+i))))
+		}
+	}
+	got := make([]C, 4)
+	if err := pg.Scatter(ctx, comm.HostBuffer(got), ins, 0).Wait(ctx); err != nil {
+		return err
+	}
+	if err := allEqual(got, cv[C](10+r)); err != nil {
+		return fmt.Errorf("%v scatter: %w", dt, err)
+	}
+	// all_to_all: rank r sends cv(100r+j) to rank j.
+	sendL, recvL := make([]comm.Buffer, n), make([]comm.Buffer, n)
+	recv := make([][]C, n)
+	for j := range n {
+		sendL[j] = comm.HostBuffer(fill(j+1, cv[C](100*r+j)))
+		recv[j] = make([]C, r+1)
+		recvL[j] = comm.HostBuffer(recv[j])
+	}
+	if err := pg.AllToAll(ctx, recvL, sendL).Wait(ctx); err != nil {
+		return err
+	}
+	for j := range n {
+		if err := allEqual(recv[j], cv[C](100*j+r)); err != nil {
+			return fmt.Errorf("%v all_to_all from %d: %w", dt, j, err)
+		}
+	}
+	single := make([]C, n)
+	src := make([]C, n)
+	for j := range src {
+		src[j] = cv[C](100*r + j)
+	}
+	if err := pg.AllToAllSingle(ctx, comm.HostBuffer(single), comm.HostBuffer(src), nil, nil).Wait(ctx); err != nil {
+		return err
+	}
+	for j := range n {
+		if single[j] != cv[C](100*j+r) {
+			return fmt.Errorf("%v all_to_all_single from %d: %v", dt, j, single[j])
+		}
+	}
+	return nil
+}
+
+// checkComplex: checkComplexOf for complex64 and complex128.
+func checkComplex(ctx context.Context, pg *comm.ProcessGroup) error {
+	if err := checkComplexOf[complex64](ctx, pg); err != nil {
+		return err
+	}
+	return checkComplexOf[complex128](ctx, pg)
+}
+
+// TestComplexDType: torch's names, sizes and predicates for the complex
+// dtypes, and fingerprints that print the dtype's name.
+func TestComplexDType(t *testing.T) {
+	for _, c := range []struct {
+		dt         comm.DType
+		name       string
+		size       int
+		real       comm.DType
+		aliases    []string
+		fromGoType comm.DType
+	}{
+		{comm.Complex64, "complex64", 8, comm.Float32, []string{"complex64", "cfloat"}, comm.DTypeOf[complex64]()},
+		{comm.Complex128, "complex128", 16, comm.Float64, []string{"complex128", "cdouble"}, comm.DTypeOf[complex128]()},
+	} {
+		if !c.dt.Valid() || c.dt.String() != c.name || c.dt.Size() != c.size || c.dt.Real() != c.real ||
+			!c.dt.IsComplex() || c.dt.IsFloating() || c.dt.IsIntegral() || c.fromGoType != c.dt {
+			t.Errorf("%v: name %q size %d real %v complex %v floating %v", c.dt, c.dt.String(), c.dt.Size(), c.dt.Real(), c.dt.IsComplex(), c.dt.IsFloating())
+		}
+		for _, a := range c.aliases {
+			if got, err := comm.ParseDType(a); err != nil || got != c.dt {
+				t.Errorf("ParseDType(%q) = %v, %v", a, got, err)
+			}
+		}
+		if !slices.Contains(comm.AllDTypes, c.dt) {
+			t.Errorf("AllDTypes lacks %v", c.dt)
+		}
+		b := comm.NewHostBuffer(c.dt, 3)
+		if b.NumBytes() != 3*c.size || b.String() != c.name+"×3" {
+			t.Errorf("buffer %v: %d bytes", b, b.NumBytes())
+		}
+		fp := comm.Fingerprint{Seq: 4, Op: comm.OpAllReduce, DType: c.dt, RedOp: comm.RedAvg, Count: 3, Root: -1}
+		if got, want := fp.String(), "seq 4 AllReduce("+c.name+"×3, avg)"; got != want {
+			t.Errorf("fingerprint %q, want %q", got, want)
+		}
+		for _, op := range []comm.ReduceOp{comm.Sum, comm.Avg, comm.PreMulSum(-0.5)} {
+			if err := op.Check(c.dt); err != nil {
+				t.Errorf("%v on %v: %v", op, c.dt, err)
+			}
+		}
+		for _, op := range []comm.ReduceOp{comm.Product, comm.Min, comm.Max, comm.BAnd, comm.BOr, comm.BXor} {
+			err := op.Check(c.dt)
+			if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), c.name) || !strings.Contains(err.Error(), op.Type().String()) {
+				t.Errorf("%v on %v: %v, want ErrInvalidArgument naming both", op, c.dt, err)
+			}
+		}
+	}
+	if _, err := comm.ParseDType("complex32"); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("complex32 (torch's chalf) accepted: %v", err)
+	}
+}
