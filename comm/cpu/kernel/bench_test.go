@@ -158,3 +158,22 @@ func BenchmarkReduceSmallInts(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReduceComplexSum: complex sums run the float kernels over the
+// parts, so their GB/s should match BenchmarkReduceFloat32Sum's (and the
+// float64 kernel's).
+func BenchmarkReduceComplexSum(b *testing.B) {
+	for _, dt := range []comm.DType{comm.Complex64, comm.Complex128} {
+		for _, n := range []int{4 << 10, 1 << 20} {
+			dst, src := benchBuffers(n, dt.Real()) // parts are floats of the real type
+			b.Run(dt.String()+"/"+sizeName(n), func(b *testing.B) {
+				for i := 0; b.Loop(); i++ {
+					if err := Reduce(dst, src[i&1], dt, comm.Sum); err != nil {
+						b.Fatal(err)
+					}
+				}
+				reportGBps(b, n)
+			})
+		}
+	}
+}
