@@ -9,7 +9,8 @@ import (
 // (HostBuffer) or a device pointer (DeviceBuffer) that the NCCL engine uses.
 // It plays the role of a dense, contiguous torch.Tensor in torch.distributed
 // calls. A Buffer is a small value; copies share the memory. The zero Buffer
-// is an invalid buffer (DType 0).
+// is an invalid buffer (DType 0). A Buffer may carry a shape (WithShape),
+// which collectives check across ranks.
 type Buffer struct {
 	dtype  DType
 	count  int
@@ -17,6 +18,7 @@ type Buffer struct {
 	dev    uintptr        // device pointer, for device buffers
 	device int            // -1 for host memory, else the CUDA device ordinal
 	stream uintptr        // caller's CUDA stream (0: the default/legacy stream); device only
+	shape  *shapeInfo     // optional shape (WithShape); nil: a 1-D buffer of count elements
 }
 
 // HostBuffer wraps s without copying. Collectives read and write s in place;
@@ -99,14 +101,15 @@ func (b Buffer) Bytes() []byte {
 	return unsafe.Slice((*byte)(b.host), b.count*b.dtype.Size())
 }
 
-// Slice returns the view of elements [off, off+n). Out-of-range arguments
-// panic, as slicing does.
+// Slice returns the view of elements [off, off+n), without a shape (a 1-D
+// view). Out-of-range arguments panic, as slicing does.
 func (b Buffer) Slice(off, n int) Buffer {
 	if off < 0 || n < 0 || off+n > b.count {
 		panic(fmt.Sprintf("comm.Buffer.Slice(%d, %d) out of range for %d elements", off, n, b.count))
 	}
 	s := b
 	s.count = n
+	s.shape = nil
 	if n == 0 {
 		s.host = nil
 		if !b.IsHost() {
@@ -122,12 +125,17 @@ func (b Buffer) Slice(off, n int) Buffer {
 	return s
 }
 
-// String describes the buffer, e.g. "float32×1024" or "float32×1024@cuda:0".
+// String describes the buffer, e.g. "float32×1024", "float32×1024@cuda:0"
+// or, with a shape, "float32×12 [3, 4]".
 func (b Buffer) String() string {
-	if b.IsHost() {
-		return fmt.Sprintf("%v×%d", b.dtype, b.count)
+	s := fmt.Sprintf("%v×%d", b.dtype, b.count)
+	if !b.IsHost() {
+		s += fmt.Sprintf("@cuda:%d", b.device)
 	}
-	return fmt.Sprintf("%v×%d@cuda:%d", b.dtype, b.count, b.device)
+	if b.shape != nil {
+		s += " " + FormatShape(b.shape.dims)
+	}
+	return s
 }
 
 // AsSlice returns a host buffer's memory as []T. It fails (wrapping

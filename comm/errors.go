@@ -109,7 +109,8 @@ func (e *MismatchError) Error() string {
 }
 
 // Fields names the fingerprint fields that differ between the two sides
-// ("op", "dtype", "count", "root", "reduce op", "seq", "group", "epoch"),
+// ("op", "dtype", "count", "root", "reduce op", "shape", "seq", "group",
+// "epoch"),
 // or nil when either side is unknown or they are equal. "count" is left
 // out when one side is an all-to-all, whose fingerprint carries no count.
 func (e *MismatchError) Fields() []string {
@@ -131,6 +132,7 @@ func (e *MismatchError) Fields() []string {
 	add(a.Count != c.Count && a.Op != OpAllToAll && c.Op != OpAllToAll, "count")
 	add(a.Root != c.Root, "root")
 	add(a.RedOp != c.RedOp, "reduce op")
+	add(a.Shape != c.Shape, "shape")
 	return d
 }
 

@@ -291,6 +291,29 @@ func checkCoalescedMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
 	})
 }
 
+// checkShapeMismatch: every rank all-reduces 16 float32s, rank 0 as a
+// [4, 4] buffer, the others as [2, 8] (issue 19, item 10): the shape is in
+// the fingerprint, so every rank fails with a mismatch naming "shape".
+func checkShapeMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	return mismatchCase(ctx, pg, "shape", "shape", func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		if sub.Rank() == 0 {
+			return sub.AllReduce(ctx, buf.WithShape(4, 4), comm.Sum)
+		}
+		return sub.AllReduce(ctx, buf.WithShape(2, 8), comm.Sum)
+	})
+}
+
+// checkBroadcastShapeMismatch: a broadcast whose root's buffer is [16]
+// (1-D) while the others' are [4, 4]: a rooted op, so no buffer changes.
+func checkBroadcastShapeMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	return mismatchCase(ctx, pg, "bcastshape", "shape", func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		if sub.Rank() == 0 {
+			return sub.Broadcast(ctx, buf, 0)
+		}
+		return sub.Broadcast(ctx, buf.WithShape(4, 4), 0)
+	})
+}
+
 var honestyChecks = []struct {
 	name string
 	fn   func(ctx context.Context, pg *comm.ProcessGroup) error
@@ -300,6 +323,8 @@ var honestyChecks = []struct {
 	{"ReduceRootMismatch", checkReduceRootMismatch},
 	{"AllToAllSplitMismatch", checkAllToAllSplitMismatch},
 	{"CoalescedMismatch", checkCoalescedMismatch},
+	{"ShapeMismatch", checkShapeMismatch},
+	{"BroadcastShapeMismatch", checkBroadcastShapeMismatch},
 	{"NewGroupListMismatch", checkNewGroupListMismatch},
 	{"AbortIsFinal", checkAbortIsFinal},
 	{"CancelAborts", checkCancelAborts},

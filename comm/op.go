@@ -122,19 +122,29 @@ type Fingerprint struct {
 	RedOp RedOpType
 	Count int64 // elements per rank (In[0] for most ops)
 	Root  int32 // root for rooted ops, peer for P2P, else -1
+	// Shape is the shape of the buffer Count counts (Buffer.WithShape), 0
+	// for none or 1-D, and for the ops whose per-rank sizes legitimately
+	// differ (V-variants, all-to-all, Send/Recv), which carry none.
+	Shape ShapeKey
 }
 
 // String reads like "seq 7 AllReduce(float32×1024)",
 // "seq 7 Broadcast(float32×1024, root 0)" or, for an all-to-all (whose
 // fingerprint carries no count: per-rank totals legitimately differ),
 // "seq 7 AllToAll(float32, split sizes per rank)". A coalesced op of
-// several dtypes reads "Coalesced(mixed dtypes×12)".
+// several dtypes reads "Coalesced(mixed dtypes×12)". A shape follows the
+// count: "seq 7 AllReduce(float32×12 [3, 4], sum)" (a shape too long to
+// pack prints as a hash, "[#1f2e…]", and so do a coalesced op's children's
+// shapes combined).
 func (f Fingerprint) String() string {
 	dt := f.DType.String()
 	if f.Op == OpCoalesced && f.DType == 0 {
 		dt = "mixed dtypes"
 	}
 	args := fmt.Sprintf("%s×%d", dt, f.Count)
+	if f.Shape != 0 {
+		args += " " + f.Shape.format(f.Count)
+	}
 	switch f.Op {
 	case OpAllToAll:
 		if f.Count == 0 {

@@ -13,6 +13,10 @@ import "context"
 // AllReduce/Broadcast/Reduce, the input for AllGather and Gather, the output
 // for ReduceScatter and Scatter, sum(counts) for the V-variants, 0 for
 // AllToAll (per-rank totals legitimately differ) and Barrier.
+// Fingerprint.Shape is the shape (Buffer.WithShape) of that same buffer, so
+// that ranks passing different shapes fail with ErrMismatch; the
+// V-variants, AllToAll and P2P carry none. Every buffer's shape is checked
+// (product equal to its length, no negative dimension) before launch.
 
 func newOp(t OpType, dt DType, red RedOpType, count int, root int) *Op {
 	return &Op{
@@ -47,6 +51,7 @@ func (pg *ProcessGroup) lowerAllReduce(buf Buffer, red ReduceOp) (*Op, error) {
 		return nil, err
 	}
 	op := newOp(OpAllReduce, buf.DType(), red.Type(), buf.Len(), -1)
+	op.FP.Shape = buf.ShapeKey()
 	op.Reduce = red.ForDType(buf.DType())
 	op.In = []Buffer{buf}
 	return op, nil
@@ -94,6 +99,7 @@ func (pg *ProcessGroup) lowerBroadcast(buf Buffer, root int) (*Op, error) {
 		return nil, err
 	}
 	op := newOp(OpBroadcast, buf.DType(), 0, buf.Len(), root)
+	op.FP.Shape = buf.ShapeKey()
 	op.In = []Buffer{buf}
 	return op, nil
 }
@@ -119,6 +125,7 @@ func (pg *ProcessGroup) lowerReduce(buf Buffer, root int, red ReduceOp) (*Op, er
 		return nil, err
 	}
 	op := newOp(OpReduce, buf.DType(), red.Type(), buf.Len(), root)
+	op.FP.Shape = buf.ShapeKey()
 	op.Reduce = red.ForDType(buf.DType())
 	op.In = []Buffer{buf}
 	return op, nil
@@ -152,6 +159,7 @@ func (pg *ProcessGroup) lowerAllGather(out []Buffer, in Buffer) (*Op, error) {
 		}
 	}
 	op := newOp(t, in.DType(), 0, in.Len(), -1)
+	op.FP.Shape = in.ShapeKey()
 	op.In = []Buffer{in}
 	op.Out = append([]Buffer(nil), out...)
 	return op, nil
@@ -184,6 +192,7 @@ func (pg *ProcessGroup) lowerAllGatherInto(out, in Buffer) (*Op, error) {
 			out.Len(), pg.size, in.Len(), pg.size*in.Len())
 	}
 	op := newOp(t, in.DType(), 0, in.Len(), -1)
+	op.FP.Shape = in.ShapeKey()
 	op.In = []Buffer{in}
 	op.Out = []Buffer{out}
 	return op, nil
@@ -260,6 +269,7 @@ func (pg *ProcessGroup) lowerReduceScatter(out Buffer, in []Buffer, red ReduceOp
 		return nil, err
 	}
 	op := newOp(t, out.DType(), red.Type(), out.Len(), -1)
+	op.FP.Shape = out.ShapeKey()
 	op.Reduce = red.ForDType(out.DType())
 	op.In = append([]Buffer(nil), in...)
 	op.Out = []Buffer{out}
@@ -296,6 +306,7 @@ func (pg *ProcessGroup) lowerReduceScatterTensor(out, in Buffer, red ReduceOp) (
 		return nil, err
 	}
 	op := newOp(t, out.DType(), red.Type(), out.Len(), -1)
+	op.FP.Shape = out.ShapeKey()
 	op.Reduce = red.ForDType(out.DType())
 	op.In = []Buffer{in}
 	op.Out = []Buffer{out}
@@ -463,6 +474,7 @@ func (pg *ProcessGroup) lowerGather(out []Buffer, in Buffer, root int) (*Op, err
 		return nil, err
 	}
 	op := newOp(t, in.DType(), 0, in.Len(), root)
+	op.FP.Shape = in.ShapeKey()
 	op.In = []Buffer{in}
 	if pg.rank != root {
 		if len(out) != 0 {
@@ -505,6 +517,7 @@ func (pg *ProcessGroup) lowerScatter(out Buffer, in []Buffer, root int) (*Op, er
 		return nil, err
 	}
 	op := newOp(t, out.DType(), 0, out.Len(), root)
+	op.FP.Shape = out.ShapeKey()
 	op.Out = []Buffer{out}
 	if pg.rank != root {
 		if len(in) != 0 {
@@ -557,5 +570,6 @@ func coalesced(children []*Op) *Op {
 		}
 	}
 	op.FP.Count = count
+	op.FP.Shape = combineShapeKeys(children)
 	return op
 }

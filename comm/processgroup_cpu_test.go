@@ -692,6 +692,7 @@ var rankChecks = []struct {
 	{"Subgroups", checkSubgroups},
 	{"Mismatch", checkMismatch},
 	{"Complex", checkComplex},
+	{"Shapes", checkShapes},
 }
 
 // TestCPU runs every check for world sizes 1 to 4 with ranks as goroutines

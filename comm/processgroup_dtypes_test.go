@@ -174,3 +174,48 @@ func TestComplexDType(t *testing.T) {
 		t.Errorf("complex32 (torch's chalf) accepted: %v", err)
 	}
 }
+
+// checkShapes: collectives over shaped buffers whose shapes agree succeed
+// with the values they would have without shapes, and a 1-D shape is the
+// same op as none (one rank passes WithShape(n), the others nothing).
+func checkShapes(ctx context.Context, pg *comm.ProcessGroup) error {
+	n, r := pg.Size(), pg.Rank()
+	a := fill(6, float32(r+1))
+	if err := pg.AllReduce(ctx, comm.HostBuffer(a).WithShape(2, 3), comm.Sum).Wait(ctx); err != nil {
+		return err
+	}
+	if err := allEqual(a, float32(n*(n+1)/2)); err != nil {
+		return fmt.Errorf("shaped all_reduce: %w", err)
+	}
+	b := comm.HostBuffer(fill(4, int64(r)))
+	if r == 0 {
+		b = b.WithShape(4)
+	}
+	if err := pg.AllReduce(ctx, b, comm.Max).Wait(ctx); err != nil {
+		return fmt.Errorf("1-D shape against none: %w", err)
+	}
+	c := fill(6, int32(r))
+	if err := pg.Broadcast(ctx, comm.HostBuffer(c).WithShape(3, 1, 2), n-1).Wait(ctx); err != nil {
+		return err
+	}
+	if err := allEqual(c, int32(n-1)); err != nil {
+		return fmt.Errorf("shaped broadcast: %w", err)
+	}
+	flat := make([]float64, 4*n)
+	if err := pg.AllGatherInto(ctx, comm.HostBuffer(flat).WithShape(n, 2, 2), comm.HostBuffer(fill(4, float64(r))).WithShape(2, 2)).Wait(ctx); err != nil {
+		return err
+	}
+	for i := range n {
+		if err := allEqual(flat[4*i:4*i+4], float64(i)); err != nil {
+			return fmt.Errorf("shaped all_gather part %d: %w", i, err)
+		}
+	}
+	scalar := []float64{float64(r)}
+	if err := pg.AllReduce(ctx, comm.HostBuffer(scalar).WithShape(), comm.Sum).Wait(ctx); err != nil {
+		return err
+	}
+	if scalar[0] != float64(n*(n-1)/2) {
+		return fmt.Errorf("0-dim all_reduce: %v", scalar[0])
+	}
+	return nil
+}

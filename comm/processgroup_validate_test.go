@@ -66,6 +66,13 @@ func TestValidation(t *testing.T) {
 			return pg.ReduceScatterTensor(ctx, comm.HostBuffer(make([]complex64, 1)), comm.HostBuffer(make([]complex64, 4)), comm.Min)
 		}, []string{"REDUCE_SCATTER", "ReduceOp.min", "complex64"}},
 		{"bxor on complex", func() *comm.Work { return pg.Reduce(ctx, comm.HostBuffer(make([]complex64, 3)), 0, comm.BXor) }, []string{"ReduceOp.bxor", "complex64"}},
+		{"shape product", func() *comm.Work { return pg.AllReduce(ctx, f32(12).WithShape(2, 5), comm.Sum) }, []string{"ALLREDUCE", "buffer", "shape [2, 5] holds 10 elements but the buffer has 12"}},
+		{"shape negative", func() *comm.Work { return pg.Broadcast(ctx, f32(12).WithShape(-3, -4), 0) }, []string{"BROADCAST", "negative dimension -3"}},
+		{"shape in output list", func() *comm.Work {
+			out := f32s(4, 4)
+			out[1] = out[1].WithShape(3)
+			return pg.AllGather(ctx, out, f32(4))
+		}, []string{"output[1]", "shape [3] holds 3 elements but the buffer has 4"}},
 		{"premul nan", func() *comm.Work { return pg.AllReduce(ctx, f32(4), comm.PreMulSum(math.NaN())) }, []string{"not finite"}},
 		{"device buffer on host engine", func() *comm.Work { return pg.AllReduce(ctx, dev, comm.Sum) }, []string{"cuda:0", "only handles host buffers"}},
 		{"broadcast root too big", func() *comm.Work { return pg.Broadcast(ctx, f32(4), 4) }, []string{"invalid root rank 4", "[0, 4)"}},

@@ -7,13 +7,17 @@ import "strings"
 // has one, and names what was expected and what was given.
 
 // checkBuf checks that b is a valid buffer on the kind of memory the engine
-// uses (host memory for the CPU engine, a CUDA device for NCCL).
+// uses (host memory for the CPU engine, a CUDA device for NCCL), whose
+// shape, if it has one, describes it.
 func (pg *ProcessGroup) checkBuf(op OpType, what string, b Buffer) error {
 	if pg.bufOK(b) {
 		return nil
 	}
 	if !b.Valid() {
 		return pg.argErr(op, "%s is not a valid buffer (dtype %v, %d elements)", what, b.DType(), b.Len())
+	}
+	if msg := b.shapeProblem(); msg != "" {
+		return pg.argErr(op, "%s: %s", what, msg)
 	}
 	if pg.device && b.IsHost() {
 		return pg.argErr(op, "%s is in host memory but engine %q needs CUDA device buffers (Tensors must be CUDA and dense)", what, pg.engine)
@@ -26,7 +30,7 @@ func (pg *ProcessGroup) checkBuf(op OpType, what string, b Buffer) error {
 
 // bufOK is the fast path of checkBuf.
 func (pg *ProcessGroup) bufOK(b Buffer) bool {
-	return b.Valid() && b.IsHost() != pg.device
+	return b.Valid() && b.IsHost() != pg.device && (b.shape == nil || (b.shape.ok && b.shape.prod == b.count))
 }
 
 // checkBufs checks every buffer of a list and that they share want's dtype.

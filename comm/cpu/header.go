@@ -48,8 +48,12 @@ const maxNotice = 16 << 10
 //	24 seq u64
 //	32 count i64
 //	40 op u8 | 41 dtype u8 | 42 redop u8 | 43 pad u8 | 44 step u32
-//	48 tag i64
+//	48 tag i64 (kindP2P) | shape key u64 (every other kind: FP.Shape)
 //	56 payload length u64
+//
+// Bytes 48-55 hold a Send's tag in a P2P message and the fingerprint's
+// shape key in every other message (P2P fingerprints carry no shape, and
+// collectives no tag).
 type header struct {
 	Kind   msgKind
 	Sender int
@@ -80,7 +84,11 @@ func (h *header) encode(b []byte) {
 	b[42] = byte(h.FP.RedOp)
 	b[43] = 0
 	le.PutUint32(b[44:], h.Step)
-	le.PutUint64(b[48:], uint64(h.Tag))
+	if h.Kind == kindP2P {
+		le.PutUint64(b[48:], uint64(h.Tag))
+	} else {
+		le.PutUint64(b[48:], uint64(h.FP.Shape))
+	}
 	le.PutUint64(b[56:], h.Len)
 }
 
@@ -133,7 +141,11 @@ func decodeHeader(b []byte) (header, error) {
 		return h, fmt.Errorf("%w: negative count %d", errBadHeader, h.FP.Count)
 	}
 	h.Step = le.Uint32(b[44:])
-	h.Tag = int64(le.Uint64(b[48:]))
+	if h.Kind == kindP2P {
+		h.Tag = int64(le.Uint64(b[48:]))
+	} else {
+		h.FP.Shape = comm.ShapeKey(le.Uint64(b[48:]))
+	}
 	h.Len = le.Uint64(b[56:])
 	if h.Len > maxPayload {
 		return h, fmt.Errorf("%w: payload length %d exceeds %d", errBadHeader, h.Len, uint64(maxPayload))

@@ -19,6 +19,14 @@ func TestHeaderRoundTrip(t *testing.T) {
 	if got != h {
 		t.Fatalf("round trip: got %+v, want %+v", got, h)
 	}
+	// A collective message carries the fingerprint's shape key where a
+	// P2P message carries its tag.
+	hc := header{Kind: kindColl, Sender: 1, Step: 2, Len: 48,
+		FP: comm.Fingerprint{Group: 5, Seq: 8, Op: comm.OpAllReduce, DType: comm.Complex128, RedOp: comm.RedSum, Count: 12, Root: -1, Shape: comm.ShapeKeyOf([]int{3, 4})}}
+	hc.encode(b[:])
+	if got, err := decodeHeader(b[:]); err != nil || got != hc || got.FP.Shape == 0 {
+		t.Fatalf("collective round trip: got %+v (%v), want %+v", got, err, hc)
+	}
 	for _, bad := range []func(b []byte){
 		func(b []byte) { b[0] ^= 1 },    // magic
 		func(b []byte) { b[2] = 9 },     // version
