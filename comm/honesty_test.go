@@ -314,6 +314,60 @@ func checkBroadcastShapeMismatch(ctx context.Context, pg *comm.ProcessGroup) err
 	})
 }
 
+// unevenCounts is every rank's view of the per-rank sizes of an uneven
+// list op (rank i: i+1 elements), except rank 0's, which moves one
+// element of the last rank's part to rank 1's when shift (same total: the
+// per-message sizes disagree) or adds one to the last part (the totals
+// differ).
+func unevenCounts(rank, n int, shift bool) []int {
+	counts := make([]int, n)
+	for i := range counts {
+		counts[i] = i + 1
+	}
+	if rank == 0 {
+		counts[n-1]++
+		if shift && n > 2 {
+			counts[n-1] -= 2
+			counts[1]++
+		}
+	}
+	return counts
+}
+
+func bufsOf(counts []int) []comm.Buffer {
+	out := make([]comm.Buffer, len(counts))
+	for i, c := range counts {
+		out[i] = comm.HostBuffer(make([]float32, c))
+	}
+	return out
+}
+
+// checkUnevenAllGatherMismatch: an uneven all_gather where rank 0 expects
+// the last rank to send one more element than it does (issue 19, item 9):
+// every rank fails with a mismatch (the totals in the fingerprints
+// differ).
+func checkUnevenAllGatherMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	return mismatchCase(ctx, pg, "unevenag", "count", func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		counts := unevenCounts(sub.Rank(), sub.Size(), false)
+		return sub.AllGather(ctx, bufsOf(counts), buf.Slice(0, sub.Rank()+1))
+	})
+}
+
+// checkUnevenReduceScatterMismatch: an uneven reduce_scatter where rank
+// 0's input list moves an element between two other ranks' parts (same
+// total, with 3 or more ranks): the sizes of the messages disagree, and
+// every rank fails with a mismatch saying so.
+func checkUnevenReduceScatterMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
+	field := "count"
+	if pg.Size() > 2 {
+		field = "" // same fingerprint: the mismatch's Detail names the sizes
+	}
+	return mismatchCase(ctx, pg, "unevenrs", field, func(sub *comm.ProcessGroup, buf comm.Buffer) *comm.Work {
+		counts := unevenCounts(sub.Rank(), sub.Size(), true)
+		return sub.ReduceScatter(ctx, buf.Slice(0, sub.Rank()+1), bufsOf(counts), comm.Sum)
+	})
+}
+
 var honestyChecks = []struct {
 	name string
 	fn   func(ctx context.Context, pg *comm.ProcessGroup) error
@@ -325,6 +379,8 @@ var honestyChecks = []struct {
 	{"CoalescedMismatch", checkCoalescedMismatch},
 	{"ShapeMismatch", checkShapeMismatch},
 	{"BroadcastShapeMismatch", checkBroadcastShapeMismatch},
+	{"UnevenAllGatherMismatch", checkUnevenAllGatherMismatch},
+	{"UnevenReduceScatterMismatch", checkUnevenReduceScatterMismatch},
 	{"NewGroupListMismatch", checkNewGroupListMismatch},
 	{"AbortIsFinal", checkAbortIsFinal},
 	{"CancelAborts", checkCancelAborts},

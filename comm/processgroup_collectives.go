@@ -133,7 +133,15 @@ func (pg *ProcessGroup) lowerReduce(buf Buffer, root int, red ReduceOp) (*Op, er
 
 // AllGather gathers every rank's in into out[i] (i = the source's group
 // rank) on every rank: torch all_gather with a tensor list. out must hold
-// Size buffers of in's dtype and length.
+// Size buffers of in's dtype; out[Rank()] must have in's length.
+//
+// The other buffers may differ in length (torch all_gather with tensors of
+// different sizes per rank, as ProcessGroupNCCL allows): out[i] must then
+// have rank i's input length, and the op runs as AllGatherV with counts
+// out[j].Len() (its Work and fingerprint are AllGatherV's). Ranks whose
+// lists disagree (a length that is not the sender's) fail with
+// ErrMismatch on every rank. With equal lengths it is ncclAllGather into
+// the list.
 func (pg *ProcessGroup) AllGather(ctx context.Context, out []Buffer, in Buffer, opts ...OpOption) *Work {
 	if w := pg.precheck(ctx, OpAllGather); w != nil {
 		return w
@@ -153,16 +161,54 @@ func (pg *ProcessGroup) lowerAllGather(out []Buffer, in Buffer) (*Op, error) {
 	if err := pg.checkBufs(t, "output", out, in.DType()); err != nil {
 		return nil, err
 	}
-	for i, b := range out {
-		if err := pg.checkLen(t, "output["+itoa(i)+"]", b, in.Len(), "the input's count"); err != nil {
-			return nil, err
-		}
+	if err := pg.checkLen(t, "output["+itoa(pg.rank)+"]", out[pg.rank], in.Len(), "this rank's own part holds its input"); err != nil {
+		return nil, err
+	}
+	if !sameLen(out, in.Len()) {
+		return pg.lowerUneven(OpAllGatherV, out, in, ReduceOp{}), nil
 	}
 	op := newOp(t, in.DType(), 0, in.Len(), -1)
 	op.FP.Shape = in.ShapeKey()
 	op.In = []Buffer{in}
 	op.Out = append([]Buffer(nil), out...)
 	return op, nil
+}
+
+// sameLen reports whether every buffer of bufs has n elements.
+func sameLen(bufs []Buffer, n int) bool {
+	for _, b := range bufs {
+		if b.Len() != n {
+			return false
+		}
+	}
+	return true
+}
+
+// lowerUneven lowers the uneven list forms onto the V variants: an
+// all_gather whose output list (list) has different lengths becomes an
+// AllGatherV of one, and a reduce_scatter whose input list does becomes a
+// ReduceScatterV into one; counts[i] is list[i].Len(), one is the flat
+// buffer (the all-gather's input or the reduce-scatter's output). The
+// checks were made by the caller (list length, dtypes, list[rank] ==
+// one's length).
+func (pg *ProcessGroup) lowerUneven(t OpType, list []Buffer, one Buffer, red ReduceOp) *Op {
+	counts := make([]int, len(list))
+	sum := 0
+	for i, b := range list {
+		counts[i] = b.Len()
+		sum += b.Len()
+	}
+	op := newOp(t, one.DType(), red.Type(), sum, -1)
+	op.RecvCounts = counts
+	if t == OpAllGatherV {
+		op.In = []Buffer{one}
+		op.Out = append([]Buffer(nil), list...)
+		return op
+	}
+	op.Reduce = red.ForDType(one.DType())
+	op.In = append([]Buffer(nil), list...)
+	op.Out = []Buffer{one}
+	return op
 }
 
 // AllGatherInto gathers every rank's in into one buffer out of Size×in.Len()
@@ -240,7 +286,14 @@ func (pg *ProcessGroup) lowerAllGatherV(out, in Buffer, counts []int) (*Op, erro
 
 // ReduceScatter reduces in[i] across the group into rank i's out: torch
 // reduce_scatter with a tensor list. in must hold Size buffers of out's
-// dtype and length.
+// dtype; in[Rank()] must have out's length.
+//
+// The other buffers may differ in length (torch reduce_scatter with a list
+// of different-size inputs, as ProcessGroupNCCL allows): in[i] must then
+// have rank i's output length on every rank, and the op runs as
+// ReduceScatterV with counts in[j].Len() (its Work and fingerprint are
+// ReduceScatterV's). Ranks whose lists disagree fail with ErrMismatch on
+// every rank. With equal lengths it is ncclReduceScatter from the list.
 func (pg *ProcessGroup) ReduceScatter(ctx context.Context, out Buffer, in []Buffer, red ReduceOp, opts ...OpOption) *Work {
 	if w := pg.precheck(ctx, OpReduceScatter); w != nil {
 		return w
@@ -260,13 +313,14 @@ func (pg *ProcessGroup) lowerReduceScatter(out Buffer, in []Buffer, red ReduceOp
 	if err := pg.checkBufs(t, "input", in, out.DType()); err != nil {
 		return nil, err
 	}
-	for i, b := range in {
-		if err := pg.checkLen(t, "input["+itoa(i)+"]", b, out.Len(), "the output's count"); err != nil {
-			return nil, err
-		}
+	if err := pg.checkLen(t, "input["+itoa(pg.rank)+"]", in[pg.rank], out.Len(), "this rank's own part has its output's count"); err != nil {
+		return nil, err
 	}
 	if err := pg.checkReduce(t, red, out.DType()); err != nil {
 		return nil, err
+	}
+	if !sameLen(in, out.Len()) {
+		return pg.lowerUneven(OpReduceScatterV, in, out, red), nil
 	}
 	op := newOp(t, out.DType(), red.Type(), out.Len(), -1)
 	op.FP.Shape = out.ShapeKey()

@@ -693,6 +693,7 @@ var rankChecks = []struct {
 	{"Mismatch", checkMismatch},
 	{"Complex", checkComplex},
 	{"Shapes", checkShapes},
+	{"UnevenLists", checkUnevenLists},
 }
 
 // TestCPU runs every check for world sizes 1 to 4 with ranks as goroutines

@@ -219,3 +219,69 @@ func checkShapes(ctx context.Context, pg *comm.ProcessGroup) error {
 	}
 	return nil
 }
+
+// unevenOf runs the uneven list forms for element type T (conv makes a T
+// from a small integer, exactly): all_gather with out[i] of i+1 elements,
+// rank i's input being i+1 copies of conv(10i+1) (torch all_gather with
+// tensors of different sizes per rank), and reduce_scatter whose input
+// list has in[i] of 2i+1 elements, rank r's in[i][k] = conv(r+k+1), so
+// rank i receives Σ_r (r+k+1) = n(n+1)/2 + n·k at element k (torch
+// reduce_scatter with a list of different-size inputs).
+func unevenOf[T comm.Elem](ctx context.Context, pg *comm.ProcessGroup, conv func(int) T) error {
+	n, r := pg.Size(), pg.Rank()
+	dt := comm.DTypeOf[T]()
+	outs, bufs := make([][]T, n), make([]comm.Buffer, n)
+	for i := range n {
+		outs[i] = make([]T, i+1)
+		bufs[i] = comm.HostBuffer(outs[i])
+	}
+	if err := pg.AllGather(ctx, bufs, comm.HostBuffer(fill(r+1, conv(10*r+1)))).Wait(ctx); err != nil {
+		return fmt.Errorf("%v uneven all_gather: %w", dt, err)
+	}
+	for i := range n {
+		if err := allEqual(outs[i], conv(10*i+1)); err != nil {
+			return fmt.Errorf("%v uneven all_gather part %d: %w", dt, i, err)
+		}
+	}
+	if dt == comm.Bool {
+		return nil // sums of bools are logical or: the all_gather is the check
+	}
+	in := make([]comm.Buffer, n)
+	for i := range n {
+		s := make([]T, 2*i+1)
+		for k := range s {
+			s[k] = conv(r + k + 1)
+		}
+		in[i] = comm.HostBuffer(s)
+	}
+	out := make([]T, 2*r+1)
+	if err := pg.ReduceScatter(ctx, comm.HostBuffer(out), in, comm.Sum).Wait(ctx); err != nil {
+		return fmt.Errorf("%v uneven reduce_scatter: %w", dt, err)
+	}
+	for k := range out {
+		if want := conv(n*(n+1)/2 + n*k); out[k] != want {
+			return fmt.Errorf("%v uneven reduce_scatter element %d: %v, want %v", dt, k, out[k], want)
+		}
+	}
+	return nil
+}
+
+// checkUnevenLists: the uneven list forms over float32, bfloat16, int8,
+// int64, bool and complex128.
+func checkUnevenLists(ctx context.Context, pg *comm.ProcessGroup) error {
+	for _, f := range []func() error{
+		func() error { return unevenOf(ctx, pg, func(v int) float32 { return float32(v) }) },
+		func() error {
+			return unevenOf(ctx, pg, func(v int) comm.BFloat16Value { return comm.BFloat16FromFloat32(float32(v)) })
+		},
+		func() error { return unevenOf(ctx, pg, func(v int) int8 { return int8(v) }) },
+		func() error { return unevenOf(ctx, pg, func(v int) int64 { return int64(-v) }) },
+		func() error { return unevenOf(ctx, pg, func(v int) bool { return v%2 == 1 }) },
+		func() error { return unevenOf(ctx, pg, func(v int) complex128 { return complex(float64(v), -0.5*float64(v)) }) },
+	} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

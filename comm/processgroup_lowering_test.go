@@ -75,6 +75,12 @@ func TestLowering(t *testing.T) {
 			opShape{Type: comm.OpAllGatherV, FPOp: comm.OpAllGatherV, DType: comm.Float32, Count: 6, FPRoot: -1, Root: -1, Peer: -1, In: []int{2}, Out: []int{6}, RecvCounts: []int{1, 2, 3}}},
 		{"reducescatter list", func() *comm.Work { return pg.ReduceScatter(ctx, b(2), f32s(3, 2), comm.Sum) },
 			opShape{Type: comm.OpReduceScatter, FPOp: comm.OpReduceScatter, DType: comm.Float32, RedOp: comm.RedSum, Reduce: comm.Sum, Count: 2, FPRoot: -1, Root: -1, Peer: -1, In: []int{2, 2, 2}, Out: []int{2}}},
+		{"allgather uneven list is AllGatherV", func() *comm.Work {
+			return pg.AllGather(ctx, []comm.Buffer{b(1), b(4), b(0)}, b(4))
+		}, opShape{Type: comm.OpAllGatherV, FPOp: comm.OpAllGatherV, DType: comm.Float32, Count: 5, FPRoot: -1, Root: -1, Peer: -1, In: []int{4}, Out: []int{1, 4, 0}, RecvCounts: []int{1, 4, 0}}},
+		{"reducescatter uneven list is ReduceScatterV", func() *comm.Work {
+			return pg.ReduceScatter(ctx, b(2), []comm.Buffer{b(3), b(2), b(5)}, comm.Avg)
+		}, opShape{Type: comm.OpReduceScatterV, FPOp: comm.OpReduceScatterV, DType: comm.Float32, RedOp: comm.RedAvg, Reduce: comm.Avg, Count: 10, FPRoot: -1, Root: -1, Peer: -1, In: []int{3, 2, 5}, Out: []int{2}, RecvCounts: []int{3, 2, 5}}},
 		{"reducescatter flat", func() *comm.Work { return pg.ReduceScatterTensor(ctx, b(2), b(6), comm.Avg) },
 			opShape{Type: comm.OpReduceScatter, FPOp: comm.OpReduceScatter, DType: comm.Float32, RedOp: comm.RedAvg, Reduce: comm.Avg, Count: 2, FPRoot: -1, Root: -1, Peer: -1, In: []int{6}, Out: []int{2}}},
 		{"reducescatterv", func() *comm.Work { return pg.ReduceScatterV(ctx, b(0), b(4), []int{4, 0, 0}, comm.Min) },
