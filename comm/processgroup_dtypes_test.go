@@ -277,7 +277,9 @@ func checkUnevenLists(ctx context.Context, pg *comm.ProcessGroup) error {
 		func() error { return unevenOf(ctx, pg, func(v int) int8 { return int8(v) }) },
 		func() error { return unevenOf(ctx, pg, func(v int) int64 { return int64(-v) }) },
 		func() error { return unevenOf(ctx, pg, func(v int) bool { return v%2 == 1 }) },
-		func() error { return unevenOf(ctx, pg, func(v int) complex128 { return complex(float64(v), -0.5*float64(v)) }) },
+		func() error {
+			return unevenOf(ctx, pg, func(v int) complex128 { return complex(float64(v), -0.5*float64(v)) })
+		},
 	} {
 		if err := f(); err != nil {
 			return err
