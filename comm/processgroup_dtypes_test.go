@@ -19,7 +19,8 @@ func cv[C complex64 | complex128](r int) C { return C(complex(float64(r+1), -flo
 // element type C (complex64 or complex128), as distributed_test.py's
 // *_complex tests: all_reduce with sum, avg and premul_sum (Σ(r+1) -
 // Σ(2r+1)i = n(n+1)/2 - n²i), broadcast from every root, all_gather (list
-// and flat), scatter, all_to_all (list form and all_to_all_single).
+// and flat), scatter, all_to_all (list form and all_to_all_single),
+// gather, reduce (sum) and send/recv.
 func checkComplexOf[C complex64 | complex128](ctx context.Context, pg *comm.ProcessGroup) error {
 	n, r := pg.Size(), pg.Rank()
 	dt := comm.DTypeOf[C]()
@@ -111,6 +112,48 @@ func checkComplexOf[C complex64 | complex128](ctx context.Context, pg *comm.Proc
 	for j := range n {
 		if single[j] != cv[C](100*j+r) {
 			return fmt.Errorf("%v all_to_all_single from %d: %v", dt, j, single[j])
+		}
+	}
+	// gather to the last rank, and reduce (sum) to rank 0.
+	var gl []comm.Buffer
+	gathered := make([][]C, n)
+	if r == n-1 {
+		for i := range n {
+			gathered[i] = make([]C, 2)
+			gl = append(gl, comm.HostBuffer(gathered[i]))
+		}
+	}
+	if err := pg.Gather(ctx, gl, comm.HostBuffer(fill(2, cv[C](r))), n-1).Wait(ctx); err != nil {
+		return err
+	}
+	for i := range gl {
+		if err := allEqual(gathered[i], cv[C](i)); err != nil {
+			return fmt.Errorf("%v gather part %d: %w", dt, i, err)
+		}
+	}
+	red := fill(3, cv[C](r))
+	if err := pg.Reduce(ctx, comm.HostBuffer(red), 0, comm.Sum).Wait(ctx); err != nil {
+		return err
+	}
+	want := cv[C](r) // non-roots keep their buffer
+	if r == 0 {
+		want = C(sum)
+	}
+	if err := allEqual(red, want); err != nil {
+		return fmt.Errorf("%v reduce: %w", dt, err)
+	}
+	// send/recv around the ring.
+	if n > 1 {
+		got := make([]C, 4)
+		ws := pg.ISend(ctx, comm.HostBuffer(fill(4, cv[C](r))), (r+1)%n, 7)
+		wr := pg.IRecv(ctx, comm.HostBuffer(got), (r+n-1)%n, 7)
+		for _, w := range []*comm.Work{ws, wr} {
+			if err := w.Wait(ctx); err != nil {
+				return err
+			}
+		}
+		if err := allEqual(got, cv[C]((r+n-1)%n)); err != nil {
+			return fmt.Errorf("%v send/recv: %w", dt, err)
 		}
 	}
 	return nil
