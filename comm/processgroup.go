@@ -310,12 +310,21 @@ func (pg *ProcessGroup) precheck(ctx context.Context, op OpType) *Work {
 //     *CanceledError (wrapping ctx.Err()) and aborts the communicator,
 //     since a collective cannot be left half-done.
 func (pg *ProcessGroup) submit(ctx context.Context, op *Op, opts []OpOption) *Work {
+	return pg.submitThen(ctx, op, opts, nil)
+}
+
+// submitThen is submit with then, if not nil, run once when the Work
+// completes (BatchP2P completes its per-op Works from it).
+func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption, then func(*Work)) *Work {
 	cfg := ApplyOpOptions(opts)
 	op.Timeout = cfg.Timeout
 	if op.Timeout <= 0 {
 		op.Timeout = pg.Timeout()
 	}
 	w := NewWork(op.Type)
+	if then != nil {
+		w.after = func() { then(w) }
+	}
 	if ctx != nil {
 		if dl, ok := ctx.Deadline(); ok {
 			if d := time.Until(dl); d < op.Timeout {
@@ -341,7 +350,12 @@ func (pg *ProcessGroup) submit(ctx context.Context, op *Op, opts []OpOption) *Wo
 				pg.launcher.Abort(err)
 				w.Complete(err)
 			})
-			w.after = func() { stop() }
+			w.after = func() {
+				stop()
+				if then != nil {
+					then(w)
+				}
+			}
 		}
 	}
 	pg.launcher.Submit(op, w)
