@@ -406,7 +406,7 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	l := &supervisedLauncher{Communicator: cm, rt: r, sv: g.sv, group: spec.Name, epoch: epoch, rank: r.rank, blocking: g.sup.BlockingWait}
 	pg, err := comm.NewProcessGroup(comm.GroupConfig{
 		Name: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
-		Launcher: l, Engine: be.Name(), Factory: groupFactory{r}, Timeout: spec.Timeout, Log: r.log,
+		Launcher: l, Engine: be.Name(), Factory: groupFactory{r}, Timeout: spec.Timeout, Store: r.st, Log: r.log,
 	})
 	if err != nil {
 		l.Close(ctx)

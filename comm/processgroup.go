@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/store"
 )
 
 // DefaultTimeout is a process group's default op timeout (c10d's default
@@ -88,6 +90,10 @@ type GroupConfig struct {
 	Factory GroupFactory
 	// Timeout is the default per-op timeout.
 	Timeout time.Duration
+	// Store is the job's store (as BackendConfig.Store), used by
+	// MonitoredBarrier and by NewGroup with WithLocalSynchronization; nil
+	// makes those return ErrUnsupported.
+	Store store.Store
 	// Log is the logger (rank fields are added).
 	Log zerolog.Logger
 }
@@ -150,10 +156,12 @@ type ProcessGroup struct {
 	engine   string
 	device   bool // engine wants device buffers
 	factory  GroupFactory
+	store    store.Store
 	log      zerolog.Logger
 
-	timeout atomic.Int64 // nanoseconds
-	closed  atomic.Bool
+	timeout   atomic.Int64 // nanoseconds
+	closed    atomic.Bool
+	mbarriers atomic.Uint64 // MonitoredBarrier calls so far (their store keys count them)
 
 	mu       sync.Mutex // guards children
 	children int        // subgroups created (names are derived from it)
@@ -179,6 +187,7 @@ func NewProcessGroup(cfg GroupConfig) (*ProcessGroup, error) {
 		engine:   cfg.Engine,
 		device:   cfg.Engine == "nccl",
 		factory:  cfg.Factory,
+		store:    cfg.Store,
 		log:      cfg.Log.With().Str("group", cfg.Name).Int("group_rank", cfg.Rank).Logger(),
 	}
 	for i, g := range pg.global {

@@ -737,6 +737,7 @@ var rankChecks = []struct {
 	{"SendRecv", checkSendRecv},
 	{"BatchCoalesce", checkBatchCoalesce},
 	{"BatchP2PSelf", checkBatchP2PSelf},
+	{"MonitoredBarrier", checkMonitoredBarrier},
 	{"Objects", checkObjects},
 	{"ObjectList", checkObjectList},
 	{"Subgroups", checkSubgroups},
