@@ -163,8 +163,9 @@ type ProcessGroup struct {
 	closed    atomic.Bool
 	mbarriers atomic.Uint64 // MonitoredBarrier calls so far (their store keys count them)
 
-	mu       sync.Mutex // guards children
-	children int        // subgroups created (names are derived from it)
+	mu       sync.Mutex     // guards children and locals
+	children int            // subgroups created (names are derived from it)
+	locals   map[string]int // local-synchronization NewGroups per rank list or name
 	destroy  sync.Once
 	destErr  error
 }

@@ -741,6 +741,8 @@ var rankChecks = []struct {
 	{"Objects", checkObjects},
 	{"ObjectList", checkObjectList},
 	{"Subgroups", checkSubgroups},
+	{"LocalGroups", checkLocalGroups},
+	{"NewSubgroups", checkNewSubgroups},
 	{"Mismatch", checkMismatch},
 }
 
