@@ -329,7 +329,9 @@ func (e *panicAwareEngine) AsyncError() error {
 
 // NewGroup creates a process group of the given global ranks. Every rank of
 // the job must call it, in the same order; non-members get a group whose
-// Rank is -1 (torch.distributed.new_group). Errors: an error wrapping
+// Rank is -1 (torch.distributed.new_group). With
+// comm.WithLocalSynchronization only the members call it (torch's
+// use_local_synchronization=True; see comm.ProcessGroup.NewGroup). Errors: an error wrapping
 // comm.ErrInvalidArgument for bad ranks; comm.ErrClosed after Close;
 // engine connection errors.
 func (r *Runtime) NewGroup(ctx context.Context, ranks []int, opts ...comm.GroupOption) (*comm.ProcessGroup, error) {

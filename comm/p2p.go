@@ -210,6 +210,16 @@ func (pg *ProcessGroup) checkSelfPairs(ops []P2POp) error {
 		}
 		return bad("ops[%d] (RECV) receives from rank %d itself with tag %d, but the batch has no matching send to self with that tag (a self receive pairs with a self send of the same tag, in list order)", unpaired, pg.rank, p.Tag)
 	}
+	if pg.device && len(pairs) > 1 {
+		// NCCL pairs a group's sends to and receives from one peer in
+		// order, tags aside: the tag pairing must agree with it.
+		for i := 1; i < len(pairs); i++ {
+			if pairs[i][1] < pairs[i-1][1] {
+				return bad("ops[%d] and ops[%d] (RECV from self) are listed in another order than the sends to self they pair with by tag (ops[%d], ops[%d]); engine %q pairs them in list order: list them alike",
+					pairs[i][1], pairs[i-1][1], pairs[i][0], pairs[i-1][0], pg.engine)
+			}
+		}
+	}
 	for _, pr := range pairs {
 		s, r := ops[pr[0]].Buf, ops[pr[1]].Buf
 		if s.DType() != r.DType() || s.Len() != r.Len() {

@@ -230,8 +230,21 @@ func TestValidationDeviceEngine(t *testing.T) {
 	if _, _, err := pg.RecvObjectList(ctx, 1, 1); !errors.Is(err, comm.ErrUnsupported) {
 		t.Errorf("RecvObjectList on nccl: %v, want ErrUnsupported", err)
 	}
-	if l.n != 1 {
-		t.Errorf("launcher got %d ops, want 1", l.n)
+	// Self pairs in a batch: NCCL pairs them in list order, so a tag
+	// pairing that crosses the list order is refused; one that follows it
+	// is launched.
+	dev := func(p uintptr) comm.Buffer { return comm.DeviceBuffer(p, 4, comm.Float32, 0, 0) }
+	crossed := []comm.P2POp{{Op: comm.OpSend, Buf: dev(0x10), Peer: 0, Tag: 1}, {Op: comm.OpSend, Buf: dev(0x20), Peer: 0, Tag: 2},
+		{Op: comm.OpRecv, Buf: dev(0x30), Peer: 0, Tag: 2}, {Op: comm.OpRecv, Buf: dev(0x40), Peer: 0, Tag: 1}}
+	if _, err := pg.BatchP2P(ctx, crossed); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "pairs them in list order") {
+		t.Errorf("crossed self pairs on nccl: %v, want ErrInvalidArgument", err)
+	}
+	crossed[2].Tag, crossed[3].Tag = 1, 2
+	if _, err := pg.BatchP2P(ctx, crossed); err != nil {
+		t.Errorf("ordered self pairs on nccl: %v", err)
+	}
+	if l.n != 2 {
+		t.Errorf("launcher got %d ops, want 2", l.n)
 	}
 }
 

@@ -28,9 +28,10 @@ import (
 // Errors: the members' calls differ (another rank list under the same
 // explicit name): every member that sees it fails with an error wrapping
 // ErrMismatch (*NewGroupMismatchError on the rank that found it, naming
-// both calls); members missing after the group's timeout:
-// *NewGroupTimeoutError (ErrTimeout) naming them; bad ranks: an error
-// wrapping ErrInvalidArgument, the same on every caller; no store:
+// both calls), and a retry needs another name; members missing after the
+// group's timeout: *NewGroupTimeoutError (ErrTimeout) naming them, and
+// every member may call again with the same arguments; bad ranks: an
+// error wrapping ErrInvalidArgument, the same on every caller; no store:
 // ErrUnsupported.
 func WithLocalSynchronization() GroupOption { return func(o *groupOptions) { o.local = true } }
 
@@ -73,15 +74,16 @@ func (pg *ProcessGroup) checkRankList(call string, ranks, sorted []int) error {
 	return nil
 }
 
-// nextLocal counts the local-synchronization groups created from pg with
-// key (a rank list or a name) and returns the new count (1, 2, ...).
-func (pg *ProcessGroup) nextLocal(key string) int {
+// nextLocal adds delta to the count of local-synchronization groups
+// created from pg with key (a rank list or a name) and returns the new
+// count (1, 2, ... for delta 1).
+func (pg *ProcessGroup) nextLocal(key string, delta int) int {
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
 	if pg.locals == nil {
 		pg.locals = map[string]int{}
 	}
-	pg.locals[key]++
+	pg.locals[key] += delta
 	return pg.locals[key]
 }
 
@@ -127,19 +129,22 @@ func (pg *ProcessGroup) newGroupLocal(ctx context.Context, ranks []int, o groupO
 		return nil, fmt.Errorf("%w: NewGroup with local synchronization on group %q: the group has no store (GroupConfig.Store)", ErrUnsupported, pg.name)
 	}
 	name := o.name
-	var k int
+	key := "name " + name
 	if name == "" {
-		tag := ranksTag(sorted)
-		k = pg.nextLocal("ranks " + tag)
-		name = fmt.Sprintf("%s.local-%s", pg.name, tag)
+		key = "ranks " + ranksTag(sorted)
+	}
+	k := pg.nextLocal(key, 1)
+	if o.name == "" {
+		name = fmt.Sprintf("%s.local-%s", pg.name, ranksTag(sorted))
 		if k > 1 {
 			name += "." + strconv.Itoa(k)
 		}
-	} else {
-		k = pg.nextLocal("name " + name)
 	}
 	prefix := fmt.Sprintf("newgroup/%s/%d/%s/%d/", pg.name, pg.epoch, name, k)
 	if err := pg.agreeLocal(ctx, prefix, name, sorted, o.timeout); err != nil {
+		// A failed creation does not count: a retry by every member uses
+		// the same keys (the earlier calls found there are the same).
+		pg.nextLocal(key, -1)
 		return nil, err
 	}
 	self := slices.Index(sorted, me)
@@ -153,7 +158,8 @@ func (pg *ProcessGroup) newGroupLocal(ctx context.Context, ranks []int, o groupO
 // returns when every member has written ok. A member that sees a
 // different call writes "fail/<global rank>" with its error and fails; the
 // others fail when they see that key, so that no member goes on to connect
-// a group its peers have given up on.
+// a group its peers have given up on. A timeout writes nothing, so that
+// every member may simply call again.
 func (pg *ProcessGroup) agreeLocal(ctx context.Context, prefix, name string, sorted []int, timeout time.Duration) error {
 	st := pg.store
 	me := pg.global[pg.rank]
@@ -229,7 +235,7 @@ func (pg *ProcessGroup) agreeLocal(ctx context.Context, prefix, name string, sor
 				}
 			}
 			pg.log.Error().Err(e).Msg("NewGroup with local synchronization timed out")
-			return fail(e)
+			return e
 		case <-ctx.Done():
 			return ctx.Err()
 		}

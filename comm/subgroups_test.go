@@ -257,7 +257,8 @@ func checkNewSubgroups(ctx context.Context, pg *comm.ProcessGroup) error {
 // [0 1], ranks 1 and 2 [0 1 2], under one explicit name) fails every
 // caller with ErrMismatch, promptly; one that a member never calls fails
 // the others at the timeout with a *NewGroupTimeoutError naming it; then a
-// good one works among its members while rank 2 does something else.
+// good one works among its members while rank 2 does something else, and
+// the timed-out one works when all three call it again.
 func TestLocalGroupMultiProcess(t *testing.T) {
 	if p, ok := testrank.Current(t); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -299,6 +300,16 @@ func TestLocalGroupMultiProcess(t *testing.T) {
 		if err := pg.Barrier(ctx).Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
+		// The timed-out creation did not count: all three retry it, rank 2
+		// for the first time, and meet under the same name.
+		g, err = pg.NewGroup(ctx, []int{0, 1, 2}, comm.WithLocalSynchronization())
+		if err != nil || g.Name() != "default_pg.local-0_1_2" {
+			t.Fatalf("rank %d: retry after the timeout: %v, %v", p.Rank, g, err)
+		}
+		if err := sumOn(ctx, g, p.Rank, []int{0, 1, 2}); err != nil {
+			t.Fatalf("rank %d: %v", p.Rank, err)
+		}
+		g.Destroy(ctx)
 		return
 	}
 	if testing.Short() {
