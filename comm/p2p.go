@@ -95,9 +95,10 @@ func (pg *ProcessGroup) Recv(ctx context.Context, buf Buffer, src, tag int) (int
 // to one OpCoalesced of Send/Recv children and uses one P2P sequence
 // number: every returned Work completes when the whole batch does, with
 // the batch's error (as NCCL completes a group at ncclGroupEnd), carries
-// the batch's Seq, and a receive's Work has Source equal to its Peer. A
-// Work that must bound the batch under blocking wait is the batch's own:
-// use Coalesce for a single Work.
+// the batch's Seq, and a receive's Work has Source equal to its Peer.
+// Under blocking wait (RANKTREE_BLOCKING_WAIT) their Wait returns when the
+// watchdog fails the batch at its timeout; Coalesce gives the batch as one
+// Work, with blocking wait's own deadline.
 //
 // A batch may send to and receive from the calling rank itself, as NCCL
 // allows inside a group: each send to self pairs with the receive from

@@ -58,6 +58,21 @@ func sameOnEveryRank(ctx context.Context, pg *comm.ProcessGroup, err error) erro
 // members — and a non-member caller gets its Rank -1 view at once.
 func checkLocalGroups(ctx context.Context, pg *comm.ProcessGroup) error {
 	n, me := pg.Size(), pg.Ranks()[pg.Rank()]
+	// Subgroups are destroyed after the closing barrier on pg: a member
+	// that destroys a group while a peer still finishes an op on it fails
+	// that op (docs/semantics.md).
+	var made []*comm.ProcessGroup
+	var mu sync.Mutex
+	keep := func(g *comm.ProcessGroup) {
+		mu.Lock()
+		made = append(made, g)
+		mu.Unlock()
+	}
+	defer func() {
+		for _, g := range made {
+			g.Destroy(ctx)
+		}
+	}()
 	var mine []int
 	for g := range n {
 		if g%2 == me%2 {
@@ -78,7 +93,7 @@ func checkLocalGroups(ctx context.Context, pg *comm.ProcessGroup) error {
 		if err != nil {
 			return fmt.Errorf("parity group %v (call %d): %w", mine, k, err)
 		}
-		defer lg.Destroy(ctx)
+		keep(lg)
 		want := "default_pg.local-" + tag(mine)
 		if k == 2 {
 			want += ".2"
@@ -105,7 +120,7 @@ func checkLocalGroups(ctx context.Context, pg *comm.ProcessGroup) error {
 					errs[i] = fmt.Errorf("pair %v: %w", p, err)
 					return
 				}
-				defer g.Destroy(ctx)
+				keep(g)
 				sorted := slices.Sorted(slices.Values(p))
 				errs[i] = sumOn(ctx, g, me, sorted)
 			}()
@@ -136,6 +151,12 @@ func checkLocalGroups(ctx context.Context, pg *comm.ProcessGroup) error {
 // disagree all fail with a *NewGroupMismatchError. The parent stays usable.
 func checkNewSubgroups(ctx context.Context, pg *comm.ProcessGroup) error {
 	n, me := pg.Size(), pg.Ranks()[pg.Rank()]
+	var made []*comm.ProcessGroup // destroyed after the closing barrier, as in checkLocalGroups
+	defer func() {
+		for _, g := range made {
+			g.Destroy(ctx)
+		}
+	}()
 	for gs := 1; gs <= n; gs++ {
 		if n%gs != 0 {
 			continue
@@ -160,7 +181,7 @@ func checkNewSubgroups(ctx context.Context, pg *comm.ProcessGroup) error {
 				return fmt.Errorf("NewSubgroups(%d): subgroup %d is %v with ranks %v, want a Rank -1 view of %v", gs, i, g, g.Ranks(), want)
 			}
 		}
-		cur.Destroy(ctx)
+		made = append(made, cur)
 	}
 	// By enumeration: the first and last ranks together, the others in
 	// one group; then only rank 0 covered.
@@ -198,7 +219,7 @@ func checkNewSubgroups(ctx context.Context, pg *comm.ProcessGroup) error {
 			return fmt.Errorf("subgroup %d %v: this rank is a member", i, l)
 		}
 	}
-	cur.Destroy(ctx)
+	made = append(made, cur)
 	cur, all, err = pg.NewSubgroupsByEnumeration(ctx, [][]int{{0}})
 	if err != nil || len(all) != 1 || (me == 0) != cur.IsMember() || (me != 0 && cur.Size() != -1) {
 		return fmt.Errorf("partial enumeration [[0]]: current %v, %d subgroups, %v", cur, len(all), err)
@@ -207,7 +228,7 @@ func checkNewSubgroups(ctx context.Context, pg *comm.ProcessGroup) error {
 		if err := sumOn(ctx, cur, me, []int{0}); err != nil {
 			return err
 		}
-		cur.Destroy(ctx)
+		made = append(made, cur)
 	}
 
 	// Bad input: the same ErrInvalidArgument on every rank.
@@ -295,7 +316,7 @@ func TestLocalGroupMultiProcess(t *testing.T) {
 			if err := sumOn(ctx, g, p.Rank, []int{0, 1}); err != nil {
 				t.Fatalf("rank %d: %v", p.Rank, err)
 			}
-			g.Destroy(ctx)
+			defer g.Destroy(ctx) // after the barriers below
 		}
 		if err := pg.Barrier(ctx).Wait(ctx); err != nil {
 			t.Fatal(err)
@@ -309,7 +330,10 @@ func TestLocalGroupMultiProcess(t *testing.T) {
 		if err := sumOn(ctx, g, p.Rank, []int{0, 1, 2}); err != nil {
 			t.Fatalf("rank %d: %v", p.Rank, err)
 		}
-		g.Destroy(ctx)
+		defer g.Destroy(ctx)
+		if err := pg.Barrier(ctx).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
 		return
 	}
 	if testing.Short() {
