@@ -55,6 +55,6 @@
 // only (device buffers give comm.ErrUnsupported); unused parameters
 // declared before backward are marked at PrepareForBackward rather than at
 // the first hook; a static graph's first iteration reduces buckets as they
-// complete instead of delaying every reduction to the end; sparse
-// gradients are not supported.
+// complete instead of delaying every reduction to the end (set
+// Config.DelayAllReduce for that); sparse gradients are not supported.
 package reducer

@@ -20,6 +20,12 @@ type GradBucket struct {
 	// Params, Offsets and Lengths give each parameter's index and its
 	// element range in Buffer.
 	Params, Offsets, Lengths []int
+	// Shapes gives each parameter's shape (Param.Shape; the product equals
+	// its Lengths entry), parallel to Params: the per-parameter tensor
+	// views of c10d's GradBucket.get_per_parameter_tensors. Hooks must not
+	// modify it. Nil in a GradBucket built by hand: treat every parameter
+	// as one-dimensional.
+	Shapes [][]int
 	// DivFactor is what the default reduction divides by: the world size,
 	// or the active rank count under Join with DivideByActiveRanks.
 	DivFactor int
