@@ -55,7 +55,7 @@ type CommHook interface {
 	Run(ctx context.Context, g Group, b *GradBucket) HookWork
 }
 
-// FuncHook adapts a function to CommHook, for custom hooks (e.g. PowerSGD).
+// FuncHook adapts a function to CommHook, for custom hooks.
 type FuncHook struct {
 	HookName string
 	Fn       func(ctx context.Context, g Group, b *GradBucket) HookWork
