@@ -203,7 +203,10 @@ func PowerSGDHook(state *PowerSGDState) CommHook { return &powerSGDHook{s: state
 // feedback over the padded matrix, Q always re-orthogonalized). Fewer
 // kernels and one P and one Q per bucket, so faster than PowerSGDHook,
 // but batching unrelated parameters destroys low-rank structure: use
-// rank 1, and prefer PowerSGDHook when accuracy matters.
+// rank 1, and prefer PowerSGDHook when accuracy matters. On the MNIST
+// example's MLP (lr 0.02, momentum 0.9) the 200k-element first-layer
+// bucket compressed at rank 1 diverged with error feedback and converged,
+// slowly, without it (examples/mnist/internal/ddp TestPowerSGDConverges).
 func BatchedPowerSGDHook(state *PowerSGDState) CommHook {
 	return &powerSGDHook{s: state, batched: true}
 }

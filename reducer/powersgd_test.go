@@ -230,16 +230,21 @@ func TestPowerSGDExactForLowRank(t *testing.T) {
 // final stored error sum to the inputs (Σ R_k + e = K·G). Without error
 // feedback no error is kept; with warm start Q is kept between
 // iterations and the approximation of a fixed G improves (power
-// iteration), without it Q is dropped after each iteration.
+// iteration), without it Q is dropped after each iteration. The batched
+// hook keeps its error over the zero-padded square (60 elements in an
+// 8×8 matrix) with the same telescoping sum over the bucket.
 func TestPowerSGDErrorFeedback(t *testing.T) {
 	const iters, start = 6, 2
 	G := make([]float32, 64)
 	denseGrad(G, 5, 0, 0)
-	for _, mode := range []struct{ ef, ws bool }{{true, true}, {false, true}, {true, false}} {
-		t.Run(fmt.Sprintf("ef=%v/ws=%v", mode.ef, mode.ws), func(t *testing.T) {
+	for _, mode := range []struct{ ef, ws, batched bool }{{true, true, false}, {false, true, false}, {true, false, false}, {true, true, true}} {
+		t.Run(fmt.Sprintf("ef=%v/ws=%v/batched=%v", mode.ef, mode.ws, mode.batched), func(t *testing.T) {
 			groups, _ := newTestGroups(t, 1)
 			runRanks(t, groups, func(rank int, g Group) error {
 				m := newShapedModel([]int{8, 8})
+				if mode.batched {
+					m = newShapedModel([]int{60})
+				}
 				red, err := New(bg, g, m.params, Config{})
 				if err != nil {
 					return err
@@ -249,13 +254,17 @@ func TestPowerSGDErrorFeedback(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if err := red.RegisterCommHook(PowerSGDHook(st)); err != nil {
+				hook := PowerSGDHook(st)
+				if mode.batched {
+					hook = BatchedPowerSGDHook(st)
+				}
+				if err := red.RegisterCommHook(hook); err != nil {
 					return err
 				}
-				sum := make([]float64, 64)
+				sum := make([]float64, len(m.grads[0]))
 				var resid []float64
 				for it := range iters {
-					copy(m.grads[0], G)
+					copy(m.grads[0], G[:len(m.grads[0])])
 					if err := red.GradReady(0, comm.HostBuffer(m.grads[0])); err != nil {
 						return err
 					}
@@ -263,7 +272,7 @@ func TestPowerSGDErrorFeedback(t *testing.T) {
 						return err
 					}
 					if it < start {
-						if err := checkClose(fmt.Sprintf("plain iteration %d", it), m.grads[0], G, 0); err != nil {
+						if err := checkClose(fmt.Sprintf("plain iteration %d", it), m.grads[0], G[:len(m.grads[0])], 0); err != nil {
 							return err
 						}
 						if len(st.buckets) != 0 {
@@ -291,6 +300,9 @@ func TestPowerSGDErrorFeedback(t *testing.T) {
 					}
 				} else {
 					e := bs.errBuf.([]float32)
+					if len(e) != 64 {
+						return fmt.Errorf("error of %d elements, want 64 (the 8×8 matrix)", len(e))
+					}
 					for i := range sum {
 						if d := sum[i] + float64(e[i]) - (iters-start)*float64(G[i]); math.Abs(d) > 1e-4 {
 							return fmt.Errorf("[%d]: Σ outputs + error = %v, Σ inputs = %v", i, sum[i]+float64(e[i]), (iters-start)*float64(G[i]))
