@@ -189,8 +189,10 @@ func (s *PowerSGDState) finishIter(isLast bool) {
 // start in Run; the Q allreduce needs the reduced P, so it starts when the
 // reducer waits for the bucket (EndBackward waits in bucket order, so the
 // order is the same on every rank): only the first round trip overlaps
-// backward. Buckets must be float32 or float64 (others fail with
-// comm.ErrUnsupported); compressed gradients are approximations, the
+// backward. float32 and float64 buckets are computed in their own type;
+// float16 and bfloat16 ones in a float32 copy (P, Q and the uncompressed
+// parameters then travel as float32, where torch keeps the half type),
+// cast back at the end. Compressed gradients are approximations, the
 // uncompressed ones exact averages. Parameter shapes come from
 // GradBucket.Shapes; without them every parameter is uncompressed.
 func PowerSGDHook(state *PowerSGDState) CommHook { return &powerSGDHook{s: state} }
@@ -236,13 +238,20 @@ func (h *powerSGDHook) Run(ctx context.Context, g Group, b *GradBucket) HookWork
 		h.s.finishIter(b.IsLast)
 		return allReduceHook{}.Run(ctx, g, b)
 	}
-	switch b.Buffer.DType() {
+	switch dt := b.Buffer.DType(); dt {
 	case comm.Float32:
-		return runPowerSGD[float32](h, ctx, g, b)
+		return runPowerSGD(h, ctx, g, b, mustSlice[float32](b.Buffer), comm.Buffer{})
 	case comm.Float64:
-		return runPowerSGD[float64](h, ctx, g, b)
+		return runPowerSGD(h, ctx, g, b, mustSlice[float64](b.Buffer), comm.Buffer{})
+	case comm.Float16, comm.BFloat16:
+		// Compute in a float32 copy; the result is cast back at the end.
+		work := make([]float32, b.Buffer.Len())
+		if err := castInto(comm.HostBuffer(work), b.Buffer, 1); err != nil {
+			return comm.FailedWork(comm.OpAllReduce, err)
+		}
+		return runPowerSGD(h, ctx, g, b, work, b.Buffer)
 	}
-	return comm.FailedWork(comm.OpAllReduce, fmt.Errorf("%w: reducer: %s hook: bucket %d holds %v gradients; PowerSGD computes in float32 or float64 only",
+	return comm.FailedWork(comm.OpAllReduce, fmt.Errorf("%w: reducer: %s hook: bucket %d holds %v gradients; PowerSGD needs a floating dtype",
 		comm.ErrUnsupported, h.Name(), b.Index, b.Buffer.DType()))
 }
 
@@ -264,9 +273,10 @@ type psgdWork[T psgdFloat] struct {
 	g       Group
 	div     int
 	isLast  bool
-	bucket  []T // the bucket's buffer
-	mat     []T // where the matrices live: bucket, or the padded copy (batched)
-	input   []T // the input after error feedback (nil without error feedback)
+	bucket  []T         // the bucket's buffer, or its float32 copy
+	out     comm.Buffer // a half-precision bucket the result is cast into; else invalid
+	mat     []T         // where the matrices live: bucket, or the padded copy (batched)
+	input   []T         // the input after error feedback (nil without error feedback)
 	spans   []psgdSpan
 	unc     []T
 	uWork   *comm.Work
@@ -286,15 +296,15 @@ func (w *psgdWork[T]) Wait(ctx context.Context) error {
 	return w.err
 }
 
-// runPowerSGD runs steps 1–4 of PowerSGDHook (or its batched form) and
-// returns the work that runs the rest.
-func runPowerSGD[T psgdFloat](h *powerSGDHook, ctx context.Context, g Group, b *GradBucket) HookWork {
+// runPowerSGD runs steps 1–4 of PowerSGDHook (or its batched form) on
+// buf, the bucket's values, and returns the work that runs the rest. out
+// is the half-precision bucket buf was cast from, or the zero Buffer.
+func runPowerSGD[T psgdFloat](h *powerSGDHook, ctx context.Context, g Group, b *GradBucket, buf []T, out comm.Buffer) HookWork {
 	s, cfg := h.s, h.s.cfg
-	buf := mustSlice[T](b.Buffer)
 	if b.DivFactor < 1 {
 		return comm.FailedWork(comm.OpAllReduce, fmt.Errorf("%w: reducer: %s hook: bucket %d has DivFactor %d", comm.ErrInvalidArgument, h.Name(), b.Index, b.DivFactor))
 	}
-	w := &psgdWork[T]{s: s, lctx: ctx, g: g, div: b.DivFactor, isLast: b.IsLast, bucket: buf, batched: h.batched}
+	w := &psgdWork[T]{s: s, lctx: ctx, g: g, div: b.DivFactor, isLast: b.IsLast, bucket: buf, out: out, batched: h.batched}
 
 	// The plan: which parameters are compressed, and the P and Q sizes.
 	var before, after int64
@@ -435,6 +445,11 @@ func (w *psgdWork[T]) finish(ctx context.Context) error {
 	}
 	if w.batched {
 		copy(w.bucket, w.mat)
+	}
+	if w.out.Valid() {
+		if err := castInto(w.out, comm.HostBuffer(w.bucket), 1); err != nil {
+			return err
+		}
 	}
 	w.s.mu.Lock()
 	if cfg.UseErrorFeedback {

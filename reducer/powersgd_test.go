@@ -1,6 +1,7 @@
 package reducer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -321,54 +322,63 @@ func TestPowerSGDErrorFeedback(t *testing.T) {
 	}
 }
 
-// TestPowerSGDFloat64AndErrors: float64 buckets are compressed exactly
-// for a rank-1 average; bad configurations, a hook without state and a
-// float16 bucket fail with typed errors on every rank.
-func TestPowerSGDFloat64AndErrors(t *testing.T) {
-	t.Run("float64", func(t *testing.T) {
-		eachWorld(t, 2, func(t *testing.T, groups []Group, _ *memWorld) {
-			runRanks(t, groups, func(rank int, g Group) error {
-				data, grad := make([]float64, 80), make([]float64, 80)
-				red, err := New(bg, g, []Param{{Name: "w", Data: comm.HostBuffer(data), Shape: []int{10, 8}}}, Config{})
-				if err != nil {
-					return err
-				}
-				cfg := DefaultPowerSGDConfig()
-				cfg.StartPowerSGDIter = 2
-				st, err := NewPowerSGDState(cfg)
-				if err != nil {
-					return err
-				}
-				if err := red.RegisterCommHook(PowerSGDHook(st)); err != nil {
-					return err
-				}
-				for it := range 4 {
-					// u·v_rᵀ with u shared: the average is rank 1.
-					want := make([]float64, 80)
-					for i := range 10 {
-						for j := range 8 {
-							for r := range 2 {
-								want[i*8+j] += float64(i+1) * float64((r+1)*(j+it+1)) / 2
+// TestPowerSGDDTypesAndErrors: float64, float16 and bfloat16 buckets are
+// compressed exactly (to the dtype's precision) for a rank-1 average;
+// bad configurations, a hook without state and a bucket without a
+// divisor fail with typed errors on every rank.
+func TestPowerSGDDTypesAndErrors(t *testing.T) {
+	for _, tc := range []struct {
+		dt  comm.DType
+		tol float64
+	}{{comm.Float64, 1e-9}, {comm.Float16, 2e-3}, {comm.BFloat16, 1e-2}} {
+		t.Run(tc.dt.String(), func(t *testing.T) {
+			eachWorld(t, 2, func(t *testing.T, groups []Group, _ *memWorld) {
+				runRanks(t, groups, func(rank int, g Group) error {
+					data, grad := comm.NewHostBuffer(tc.dt, 80), comm.NewHostBuffer(tc.dt, 80)
+					red, err := New(bg, g, []Param{{Name: "w", Data: data, Shape: []int{10, 8}}}, Config{})
+					if err != nil {
+						return err
+					}
+					cfg := DefaultPowerSGDConfig()
+					cfg.StartPowerSGDIter = 2
+					st, err := NewPowerSGDState(cfg)
+					if err != nil {
+						return err
+					}
+					if err := red.RegisterCommHook(PowerSGDHook(st)); err != nil {
+						return err
+					}
+					for it := range 4 {
+						// u·v_rᵀ with u shared: the average is rank 1.
+						want := make([]float64, 80)
+						for i := range 10 {
+							for j := range 8 {
+								for r := range 2 {
+									want[i*8+j] += float64(i+1) * float64((r+1)*(j+it+1)) / 2
+								}
+								writeElem(grad, i*8+j, float64(i+1)*float64((rank+1)*(j+it+1)))
 							}
-							grad[i*8+j] = float64(i+1) * float64((rank+1)*(j+it+1))
+						}
+						if err := red.GradReady(0, grad); err != nil {
+							return err
+						}
+						if err := red.EndBackward(bg); err != nil {
+							return err
+						}
+						for i := range want {
+							if got := readElem(grad, i); math.Abs(got-want[i]) > tc.tol*(1+math.Abs(want[i])) {
+								return fmt.Errorf("iteration %d [%d] = %v, want %v", it, i, got, want[i])
+							}
 						}
 					}
-					if err := red.GradReady(0, comm.HostBuffer(grad)); err != nil {
-						return err
+					if rate, _, _ := st.CompressionStats(); rate != 80.0/18 {
+						return fmt.Errorf("compression rate %v, want 80/18", rate)
 					}
-					if err := red.EndBackward(bg); err != nil {
-						return err
-					}
-					for i := range want {
-						if math.Abs(grad[i]-want[i]) > 1e-9*(1+math.Abs(want[i])) {
-							return fmt.Errorf("iteration %d [%d] = %v, want %v", it, i, grad[i], want[i])
-						}
-					}
-				}
-				return nil
+					return nil
+				})
 			})
 		})
-	})
+	}
 	t.Run("config", func(t *testing.T) {
 		base := DefaultPowerSGDConfig()
 		base.StartPowerSGDIter = 10
@@ -400,12 +410,16 @@ func TestPowerSGDFloat64AndErrors(t *testing.T) {
 		want error
 	}{
 		{"no state", func() CommHook { return PowerSGDHook(nil) }, comm.Float32, comm.ErrInvalidArgument},
-		{"float16", func() CommHook {
+		{"DivFactor 0", func() CommHook {
 			c := DefaultPowerSGDConfig()
 			c.StartPowerSGDIter, c.UseErrorFeedback, c.WarmStart = 0, false, false
 			s, _ := NewPowerSGDState(c)
-			return PowerSGDHook(s)
-		}, comm.Float16, comm.ErrUnsupported},
+			h := PowerSGDHook(s)
+			return FuncHook{HookName: "bad", Fn: func(ctx context.Context, g Group, b *GradBucket) HookWork {
+				b.DivFactor = 0
+				return h.Run(ctx, g, b)
+			}}
+		}, comm.Float32, comm.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			groups, _ := newTestGroups(t, 2)
