@@ -238,7 +238,7 @@ func (h *powerSGDHook) Run(ctx context.Context, g Group, b *GradBucket) HookWork
 		h.s.finishIter(b.IsLast)
 		return allReduceHook{}.Run(ctx, g, b)
 	}
-	switch dt := b.Buffer.DType(); dt {
+	switch b.Buffer.DType() {
 	case comm.Float32:
 		return runPowerSGD(h, ctx, g, b, mustSlice[float32](b.Buffer), comm.Buffer{})
 	case comm.Float64:
