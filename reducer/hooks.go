@@ -48,6 +48,12 @@ type HookWork interface {
 // after its HookWork completed. Run is called with the reducer's lock held:
 // it must not call back into the Reducer. Gradients are not pre-divided
 // when a hook is set: dividing is the hook's job (see DivFactor).
+//
+// The reducer waits for the HookWorks in bucket order, after every bucket
+// of the iteration has been Run (and, where the iteration needs it, the
+// local-used map allreduce launched), the same way on every rank (also in
+// Join's shadow iterations). A hook may therefore launch further
+// collectives from Wait, as PowerSGDHook does for its second round trip.
 type CommHook interface {
 	// Name identifies the hook in Stats and logs ("allreduce", ...).
 	Name() string
