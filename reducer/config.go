@@ -42,6 +42,17 @@ type Config struct {
 	// ones, later iterations mark them ready at the start and fail with
 	// ErrStaticGraphChanged if the set changes (DDP static_graph).
 	StaticGraph bool
+	// DelayAllReduce launches no bucket reduction during backward: every
+	// bucket (through the comm hook, if one is registered) is reduced in
+	// bucket order when EndBackward is called, so communication does not
+	// overlap backward. Results are the same as the overlapped path. Use
+	// it to keep collectives off the network while backward computes, or
+	// with a hook that must see the whole iteration at once. It follows
+	// c10d reducer.cpp's delay_all_reduce (what a static graph's first
+	// iteration does) and DDP's delay_all_reduce_named_params covering
+	// every parameter (_delay_all_reduce_all_params); torch's per-
+	// parameter subset is not offered.
+	DelayAllReduce bool
 	// BroadcastBuffers are extra host buffers (DDP module buffers, e.g.
 	// batch-norm statistics) broadcast from rank 0 by New, by SyncBuffers
 	// and after Join.

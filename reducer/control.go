@@ -89,7 +89,7 @@ func (r *Reducer) Stats() Stats {
 		Rank: r.rank, WorldSize: r.size, Iterations: r.core.iter, NoSyncCalls: r.noSyncCalls,
 		BucketCapBytes: r.cfg.BucketCapBytes, FirstBucketBytes: r.cfg.FirstBucketBytes,
 		GradientAsBucketView: r.cfg.GradientAsBucketView, FindUnusedParameters: r.cfg.FindUnusedParameters,
-		StaticGraph: r.cfg.StaticGraph,
+		StaticGraph: r.cfg.StaticGraph, DelayAllReduce: r.cfg.DelayAllReduce,
 		BucketSizes: bucketBytes(r.core.lay), BucketParams: r.core.lay.bucketIndices(),
 		Rebuilt: r.rebuiltAt != nil, RebuiltOrder: slices.Clone(r.rebuiltAt), RebuiltBucketSizes: slices.Clone(r.rebuiltSize),
 		GradReadyOrder: slices.Clone(r.readyOrder), UnusedParams: slices.Clone(r.unusedLast),

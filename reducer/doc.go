@@ -13,8 +13,9 @@
 //     is a collective: it verifies the model across ranks and overwrites
 //     every Param.Data (and Config.BroadcastBuffers) with rank 0's values.
 //  2. Optionally register one comm hook (RegisterCommHook: AllReduceHook,
-//     FP16CompressHook, BF16CompressHook or a FuncHook) before the first
-//     iteration, on every rank alike.
+//     FP16CompressHook, BF16CompressHook, PowerSGDHook or
+//     BatchedPowerSGDHook with a PowerSGDState, or a FuncHook) before the
+//     first iteration, on every rank alike.
 //  3. With Config.BroadcastBuffers (batch-norm statistics and the like),
 //     call SyncBuffers before each forward pass, as DDP's
 //     broadcast_buffers=True does.
@@ -55,6 +56,6 @@
 // only (device buffers give comm.ErrUnsupported); unused parameters
 // declared before backward are marked at PrepareForBackward rather than at
 // the first hook; a static graph's first iteration reduces buckets as they
-// complete instead of delaying every reduction to the end; sparse
-// gradients are not supported.
+// complete instead of delaying every reduction to the end (set
+// Config.DelayAllReduce for that); sparse gradients are not supported.
 package reducer

@@ -20,6 +20,12 @@ type GradBucket struct {
 	// Params, Offsets and Lengths give each parameter's index and its
 	// element range in Buffer.
 	Params, Offsets, Lengths []int
+	// Shapes gives each parameter's shape (Param.Shape; the product equals
+	// its Lengths entry), parallel to Params: the per-parameter tensor
+	// views of c10d's GradBucket.get_per_parameter_tensors. Hooks must not
+	// modify it. Nil in a GradBucket built by hand: treat every parameter
+	// as one-dimensional.
+	Shapes [][]int
 	// DivFactor is what the default reduction divides by: the world size,
 	// or the active rank count under Join with DivideByActiveRanks.
 	DivFactor int
@@ -42,6 +48,12 @@ type HookWork interface {
 // after its HookWork completed. Run is called with the reducer's lock held:
 // it must not call back into the Reducer. Gradients are not pre-divided
 // when a hook is set: dividing is the hook's job (see DivFactor).
+//
+// The reducer waits for the HookWorks in bucket order, after every bucket
+// of the iteration has been Run (and, where the iteration needs it, the
+// local-used map allreduce launched), the same way on every rank (also in
+// Join's shadow iterations). A hook may therefore launch further
+// collectives from Wait, as PowerSGDHook does for its second round trip.
 type CommHook interface {
 	// Name identifies the hook in Stats and logs ("allreduce", ...).
 	Name() string
@@ -49,7 +61,7 @@ type CommHook interface {
 	Run(ctx context.Context, g Group, b *GradBucket) HookWork
 }
 
-// FuncHook adapts a function to CommHook, for custom hooks (e.g. PowerSGD).
+// FuncHook adapts a function to CommHook, for custom hooks.
 type FuncHook struct {
 	HookName string
 	Fn       func(ctx context.Context, g Group, b *GradBucket) HookWork

@@ -52,10 +52,20 @@ func (r *Reducer) beginLocked(unused []int) error {
 	for _, p := range marked {
 		r.prepareUnusedLocked(p)
 	}
+	r.launchDueLocked(launch)
+	return nil
+}
+
+// launchDueLocked launches buckets the core found complete during
+// backward, unless Config.DelayAllReduce defers every launch to
+// EndBackward.
+func (r *Reducer) launchDueLocked(launch []int) {
+	if r.cfg.DelayAllReduce {
+		return
+	}
 	for _, b := range launch {
 		r.launchLocked(b)
 	}
-	return nil
 }
 
 // countActive allreduces mine (1 for an active rank, 0 for a joined one)
@@ -103,12 +113,21 @@ func (r *Reducer) launchLocked(b int) {
 	}
 	w := r.hook.Run(r.lctx, r.g, &GradBucket{
 		Index: b, Buffer: r.bufs[b], Params: spec.params, Offsets: spec.offsets, Lengths: spec.counts,
-		DivFactor: r.divFactor, IsLast: b == len(r.bufs)-1, Iteration: r.core.iter,
+		Shapes: r.shapesOf(spec), DivFactor: r.divFactor, IsLast: b == len(r.bufs)-1, Iteration: r.core.iter,
 	})
 	if w == nil {
 		w = comm.FailedWork(comm.OpAllReduce, fmt.Errorf("%w: reducer: comm hook %q returned no HookWork for bucket %d", comm.ErrInvalidArgument, r.hook.Name(), b))
 	}
 	r.works[b] = w
+}
+
+// shapesOf returns the shapes of spec's parameters, in bucket order.
+func (r *Reducer) shapesOf(spec bucketSpec) [][]int {
+	out := make([][]int, len(spec.params))
+	for i, p := range spec.params {
+		out[i] = r.params[p].Shape
+	}
+	return out
 }
 
 // GradReady marks parameter i's gradient ready (c10d autograd_hook →
@@ -175,9 +194,7 @@ func (r *Reducer) GradReady(i int, grad comm.Buffer) error {
 		}
 	}
 	r.tm.onReady(time.Now())
-	for _, b := range launch {
-		r.launchLocked(b)
-	}
+	r.launchDueLocked(launch)
 	return nil
 }
 
@@ -185,7 +202,8 @@ func (r *Reducer) GradReady(i int, grad comm.Buffer) error {
 // never marked become unused under FindUnusedParameters (or fail with
 // ErrMissingGradients / ErrStaticGraphChanged), the remaining buckets
 // launch, the local-used map is allreduced when needed, and EndBackward
-// waits for the reductions in bucket order. Afterwards every gradient
+// waits for the reductions in bucket order (with Config.DelayAllReduce
+// every bucket launches here, none during backward). Afterwards every gradient
 // buffer passed to GradReady (and every GradBuffer view) holds the
 // averaged gradient; gradients of parameters unused on every rank are left
 // untouched. After the first synced iteration the buckets are rebuilt once
@@ -215,6 +233,13 @@ func (r *Reducer) EndBackward(ctx context.Context) error {
 	}
 	for _, p := range unused {
 		r.prepareUnusedLocked(p)
+	}
+	if r.cfg.DelayAllReduce {
+		// Every bucket is complete now; launch them all, in bucket order.
+		launch = launch[:0]
+		for b := range r.bufs {
+			launch = append(launch, b)
+		}
 	}
 	for _, b := range launch {
 		r.launchLocked(b)

@@ -94,7 +94,7 @@ func (r *Reducer) shadowLocked(ctx context.Context, active int) error {
 		}
 		works[b] = r.hook.Run(r.lctx, r.g, &GradBucket{
 			Index: b, Buffer: zeros, Params: spec.params, Offsets: spec.offsets, Lengths: spec.counts,
-			DivFactor: div, IsLast: b == len(lay.buckets)-1, Iteration: r.core.iter,
+			Shapes: r.shapesOf(spec), DivFactor: div, IsLast: b == len(lay.buckets)-1, Iteration: r.core.iter,
 		})
 	}
 	var mapWork *comm.Work

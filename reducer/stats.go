@@ -20,6 +20,7 @@ type Stats struct {
 	GradientAsBucketView             bool
 	FindUnusedParameters             bool
 	StaticGraph                      bool
+	DelayAllReduce                   bool
 	// CommHook is the registered hook's name, "" for the built-in path.
 	CommHook string
 
