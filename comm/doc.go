@@ -12,7 +12,7 @@
 // package actors — as one mailbox message. The actor assigns the op the
 // group's next sequence number (Send and Recv, and batches made only of
 // them, use a separate P2P counter), completes the Fingerprint {group,
-// epoch, seq, op, dtype, count, root}, tells its Observer (watchdog, flight
+// epoch, seq, op, dtype, count, root, shape}, tells its Observer (watchdog, flight
 // recorder, event publisher) and calls Backend.Launch, in mailbox order.
 // The engine completes the Work.
 //
@@ -35,11 +35,16 @@
 //     ErrClosed follows Destroy.
 //  6. Destroy groups you created when done (the runtime destroys the
 //     world group on Close).
+//  7. Pass buffers of one dtype, count and (if given, Buffer.WithShape)
+//     shape on every rank of a collective; only the V-variants, the uneven
+//     list forms of AllGather and ReduceScatter, all-to-all and P2P take
+//     sizes that differ per rank. Complex dtypes reduce with Sum, Avg and
+//     PreMulSum only.
 //
 // # Files
 //
 // processgroup.go (type, config, identity, Destroy), validate.go (input
-// checks), processgroup_collectives.go (collectives and their lowering),
+// checks), dtype.go and shape.go (element types, buffer shapes), processgroup_collectives.go (collectives and their lowering),
 // p2p.go (Send/Recv/BatchP2P), coalesce.go (Coalesce), objects.go (byte-blob
 // collectives), processgroup_groups.go (NewGroup, Split), subgroups.go
 // (local-synchronization NewGroup, NewSubgroups, NewSubgroupsByEnumeration),
