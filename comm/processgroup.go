@@ -323,6 +323,7 @@ func (pg *ProcessGroup) submit(ctx context.Context, op *Op, opts []OpOption) *Wo
 			}
 		}
 		if ctx.Done() != nil {
+			w.opDone = ctx.Done()
 			fp := op.FP
 			stop := context.AfterFunc(ctx, func() {
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -1,0 +1,64 @@
+package comm
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// fakeStream completes the Works it is asked to run, counting them.
+type fakeStream struct{ ran int }
+
+func (s *fakeStream) RunInline(w *Work) bool {
+	s.ran++
+	w.Complete(nil)
+	return true
+}
+
+// TestWaitRunsInlineOnlyWhenNothingEndsItEarlier checks Wait's rule for
+// running a queued op on the waiting goroutine: with a ctx that is never
+// done, or the op's own ctx (without deadline); not with another
+// cancellable ctx, a ctx deadline, or blocking wait.
+func TestWaitRunsInlineOnlyWhenNothingEndsItEarlier(t *testing.T) {
+	opCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other, cancelOther := context.WithCancel(context.Background())
+	cancelOther()
+	dl, cancelDL := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancelDL()
+	for _, c := range []struct {
+		name     string
+		ctx      context.Context
+		opCtx    context.Context
+		blocking bool
+		inline   bool
+	}{
+		{"background", context.Background(), nil, false, true},
+		{"the op's ctx", opCtx, opCtx, false, true},
+		{"another ctx", other, opCtx, false, false},
+		{"a deadline", dl, dl, false, false},
+		{"blocking wait", context.Background(), nil, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := NewWork(OpAllReduce)
+			if c.opCtx != nil {
+				w.opDone = c.opCtx.Done()
+			}
+			if c.blocking {
+				w.SetDeadline(time.Now().Add(time.Millisecond), func(time.Duration) error { return ErrTimeout })
+			}
+			s := &fakeStream{}
+			w.SetInline(s)
+			err := w.Wait(c.ctx)
+			if c.inline != (s.ran == 1) {
+				t.Fatalf("ran inline %d times, want inline %v (Wait: %v)", s.ran, c.inline, err)
+			}
+			if c.inline && err != nil {
+				t.Fatalf("Wait after running inline: %v", err)
+			}
+			if !c.inline && err == nil {
+				t.Fatal("Wait returned nil for a Work nobody completed")
+			}
+		})
+	}
+}
