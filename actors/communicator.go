@@ -371,7 +371,7 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 	for _, ch := range op.Children {
 		ch.FP.Group, ch.FP.Epoch, ch.FP.Seq = a.hash, a.epoch, seq
 	}
-	w.SetSeq(seq)
+	w.SetFingerprint(op.FP)
 	if a.observer != nil {
 		a.observer.Scheduled(op, w)
 	}

@@ -12,8 +12,9 @@ import (
 // once; later completions are ignored. Safe for concurrent use.
 type Work struct {
 	op     OpType
-	seq    atomic.Uint64
-	source atomic.Int64 // sending rank of a Recv (AnySource resolves here)
+	seq    atomic.Uint64 // published after fp (SetFingerprint)
+	fp     Fingerprint   // the op's identity, written once before seq
+	source atomic.Int64  // sending rank of a Recv (AnySource resolves here)
 	done   chan struct{}
 	once   sync.Once
 	err    error
@@ -210,8 +211,38 @@ func (w *Work) Err() error {
 // 0 before that and for ops rejected for bad input.
 func (w *Work) Seq() uint64 { return w.seq.Load() }
 
-// SetSeq records the sequence number; called by the communicator actor.
+// SetSeq records the sequence number alone (tests and engines driven
+// without a communicator); the communicator actor calls SetFingerprint.
 func (w *Work) SetSeq(seq uint64) { w.seq.Store(seq) }
+
+// SetFingerprint records the op's identity {group, epoch, seq, op, dtype,
+// count, root} and its sequence number. The group's communicator actor,
+// the only owner of op identity, calls it once when it schedules the op,
+// before launch; the fingerprint is published by the seq's atomic store.
+func (w *Work) SetFingerprint(fp Fingerprint) {
+	w.fp = fp
+	w.seq.Store(fp.Seq)
+}
+
+// Fingerprint is the op's identity as its group's communicator assigned
+// it (group hash, epoch, seq, op, dtype, count, root); the zero
+// Fingerprint before that, and for ops rejected for bad input. Errors that
+// name the op (*TimeoutError, *CanceledError) take it from here.
+func (w *Work) Fingerprint() Fingerprint {
+	if w.seq.Load() == 0 {
+		return Fingerprint{}
+	}
+	return w.fp
+}
+
+// fingerprintOr is the Work's Fingerprint, or shape (the op's lowered
+// fingerprint, without identity) if the communicator has not scheduled it.
+func (w *Work) fingerprintOr(shape Fingerprint) Fingerprint {
+	if fp := w.Fingerprint(); fp.Seq != 0 {
+		return fp
+	}
+	return shape
+}
 
 // OpType is the kind of operation.
 func (w *Work) OpType() OpType { return w.op }
