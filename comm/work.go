@@ -195,6 +195,10 @@ func (w *Work) IsCompleted() bool {
 	}
 }
 
+// IsSuccess reports whether the Work completed without error (c10d
+// is_success); false while it is in flight.
+func (w *Work) IsSuccess() bool { return w.IsCompleted() && w.err == nil }
+
 // Err is the Work's error once it completed; nil while it is in flight or
 // if it succeeded.
 func (w *Work) Err() error {

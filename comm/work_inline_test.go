@@ -62,3 +62,16 @@ func TestWaitRunsInlineOnlyWhenNothingEndsItEarlier(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkIsSuccess: false in flight and after a failure, true after success.
+func TestWorkIsSuccess(t *testing.T) {
+	ok, bad := NewWork(OpAllReduce), NewWork(OpAllReduce)
+	if ok.IsSuccess() {
+		t.Fatal("IsSuccess in flight")
+	}
+	ok.Complete(nil)
+	bad.Complete(ErrTimeout)
+	if !ok.IsSuccess() || bad.IsSuccess() {
+		t.Fatalf("IsSuccess: %v after success, %v after failure", ok.IsSuccess(), bad.IsSuccess())
+	}
+}
