@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -302,6 +303,7 @@ func (wd *Watchdog) drain() {
 			return
 		}
 		for i := range batch {
+			yieldEvery(i)
 			if m := &batch[i]; m.ctl != nil {
 				wd.handle(m.ctl)
 			} else {
@@ -524,6 +526,7 @@ func (wd *Watchdog) pollWorks(step bool) {
 		// The core's actions (apply) may mark Works of f gone but never
 		// resize f.ws, so the pass may hold pointers into it.
 		for i := range f.ws {
+			yieldEvery(i)
 			tw := &f.ws[i]
 			if tw.gone {
 				continue
@@ -547,6 +550,21 @@ func (wd *Watchdog) pollWorks(step bool) {
 			}
 		}
 		f.compact()
+	}
+}
+
+// yieldBatch is how many Works the actor handles between yields.
+const yieldBatch = 256
+
+// yieldEvery lets other goroutines run after every yieldBatch Works of a
+// tick. A rank often runs on one thread (rankrunner sets GOMAXPROCS=1):
+// without it, a tick after a burst of small ops (thousands of Works, each
+// with its events) would hold the thread for milliseconds while the
+// training goroutine waits for it, which is the long tail the watchdog
+// used to add to op latency (issue 15).
+func yieldEvery(i int) {
+	if i > 0 && i%yieldBatch == 0 {
+		runtime.Gosched()
 	}
 }
 
