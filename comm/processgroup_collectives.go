@@ -48,7 +48,7 @@ func (pg *ProcessGroup) lowerAllReduce(buf Buffer, red ReduceOp) (*Op, error) {
 	}
 	op := newOp(OpAllReduce, buf.DType(), red.Type(), buf.Len(), -1)
 	op.Reduce = red.ForDType(buf.DType())
-	op.In = []Buffer{buf}
+	op.setIn(buf)
 	return op, nil
 }
 
@@ -94,7 +94,7 @@ func (pg *ProcessGroup) lowerBroadcast(buf Buffer, root int) (*Op, error) {
 		return nil, err
 	}
 	op := newOp(OpBroadcast, buf.DType(), 0, buf.Len(), root)
-	op.In = []Buffer{buf}
+	op.setIn(buf)
 	return op, nil
 }
 
@@ -120,7 +120,7 @@ func (pg *ProcessGroup) lowerReduce(buf Buffer, root int, red ReduceOp) (*Op, er
 	}
 	op := newOp(OpReduce, buf.DType(), red.Type(), buf.Len(), root)
 	op.Reduce = red.ForDType(buf.DType())
-	op.In = []Buffer{buf}
+	op.setIn(buf)
 	return op, nil
 }
 

@@ -75,3 +75,32 @@ func TestWorkIsSuccess(t *testing.T) {
 		t.Fatalf("IsSuccess: %v after success, %v after failure", ok.IsSuccess(), bad.IsSuccess())
 	}
 }
+
+// doneLauncher completes every op at once.
+type doneLauncher struct{}
+
+func (doneLauncher) Submit(op *Op, w *Work) { w.SetFingerprint(op.FP); w.Complete(nil) }
+func (doneLauncher) Abort(error)            {}
+func (doneLauncher) Close(context.Context) error {
+	return nil
+}
+
+// TestAllReduceSubmitAllocs bounds what ProcessGroup.AllReduce allocates
+// per op before the launcher (issue 15): the Work and its done channel,
+// and the Op with its one-buffer input; no options object, no separate
+// input slice.
+func TestAllReduceSubmitAllocs(t *testing.T) {
+	pg, err := NewProcessGroup(GroupConfig{Name: "g", Rank: 0, Size: 2, Launcher: doneLauncher{}, Engine: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := HostBuffer(make([]float32, 1))
+	ctx := context.Background()
+	if a := testing.AllocsPerRun(200, func() {
+		if err := pg.AllReduce(ctx, buf, Sum).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}); a > 3 {
+		t.Fatalf("%v allocations per AllReduce through the ProcessGroup, want at most 3 (Work, its channel, Op)", a)
+	}
+}
