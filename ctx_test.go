@@ -85,6 +85,11 @@ func TestCtxCancelAbortsOp(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !errors.As(err, &ce) || ce.FP.Seq != 1 {
 		t.Fatalf("got %v, want a CanceledError at seq 1 wrapping context.Canceled", err)
 	}
+	// The error names the op's identity as the communicator assigned it
+	// (its one owner), group hash and epoch included.
+	if want := w.Fingerprint(); ce.FP != want || want.Group != comm.GroupHash(pg.Name()) || want.Epoch != pg.Epoch() || want.Op != comm.OpAllReduce {
+		t.Fatalf("CanceledError names %+v; the Work's fingerprint is %+v (group %q epoch %d)", ce.FP, want, pg.Name(), pg.Epoch())
+	}
 	t.Logf("cancelled op failed after %v: %v", time.Since(start), err)
 	if err := pg.Barrier(bg).Wait(bg); !errors.Is(err, comm.ErrAborted) {
 		t.Fatalf("op after the cancel: %v, want ErrAborted", err)

@@ -179,9 +179,12 @@ func (l *supervisedLauncher) Submit(op *comm.Op, w *comm.Work) {
 		return
 	}
 	if l.blocking && op.Timeout > 0 {
-		fp, timeout := op.FP, op.Timeout // the shape; the actor assigns the seq
+		shape, timeout := op.FP, op.Timeout // the identity comes from the communicator (Work.Fingerprint)
 		w.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
-			fp.Seq = w.Seq()
+			fp := w.Fingerprint()
+			if fp.Seq == 0 { // not scheduled yet: name its shape
+				fp = shape
+			}
 			return &comm.TimeoutError{Rank: l.rank, FP: fp, Group: l.group, Timeout: timeout, Elapsed: elapsed}
 		})
 	}

@@ -143,11 +143,15 @@ type Communicator struct {
 	stopErr  error
 }
 
-// launchMsg is the one message per op.
+// launchMsg is the one message per op. Messages are pooled: the actor
+// returns one after a launch that returned normally (a panicking launch
+// leaves its message to the supervisor's failure report and the GC).
 type launchMsg struct {
 	op *comm.Op
 	w  *comm.Work
 }
+
+var launchMsgs = sync.Pool{New: func() any { return new(launchMsg) }}
 
 // stopMsg drains the mailbox: the actor closes done when it reaches it,
 // after every launch posted before Close.
@@ -229,7 +233,9 @@ func (c *Communicator) Submit(op *comm.Op, w *comm.Work) {
 		w.Complete(fmt.Errorf("%w: the communicator actor of group %q was stopped by its supervisor (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
-	c.system.Root.Send(c.pid, &launchMsg{op: op, w: w})
+	m := launchMsgs.Get().(*launchMsg)
+	m.op, m.w = op, w
+	c.system.Root.Send(c.pid, m)
 	c.senders.Add(-1)
 }
 
@@ -330,6 +336,8 @@ func (a *commActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *launchMsg:
 		a.launch(m.op, m.w)
+		*m = launchMsg{}
+		launchMsgs.Put(m)
 	case *stopMsg:
 		close(m.done)
 	case *actor.Stopped:
@@ -371,7 +379,7 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 	for _, ch := range op.Children {
 		ch.FP.Group, ch.FP.Epoch, ch.FP.Seq = a.hash, a.epoch, seq
 	}
-	w.SetSeq(seq)
+	w.SetFingerprint(op.FP)
 	if a.observer != nil {
 		a.observer.Scheduled(op, w)
 	}

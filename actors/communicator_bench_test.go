@@ -110,3 +110,32 @@ func BenchmarkLaunchOverheadCPU(b *testing.B) {
 	}
 	benchLaunch(b, e)
 }
+
+// TestLaunchPathAllocs bounds the allocations of one small AllReduce
+// through the ProcessGroup and the communicator actor on an engine that
+// completes at once (issue 15): the Work and its channel, the Op, and
+// protoactor's mailbox scheduling; the launch message is pooled.
+func TestLaunchPathAllocs(t *testing.T) {
+	c, err := actors.NewCommunicator(testrank.QuietSystem(), nopBackend{}, actors.CommunicatorConfig{Group: "allocs", Log: zerolog.New(io.Discard)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := comm.NewProcessGroup(comm.GroupConfig{Name: "allocs", Rank: 0, Size: 1, Launcher: c, Engine: "nop"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer pg.Destroy(ctx)
+	buf := comm.HostBuffer(make([]float32, 1))
+	step := func() {
+		if err := pg.AllReduce(ctx, buf, comm.Sum).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 {
+		step()
+	}
+	if a := testing.AllocsPerRun(500, step); a > 4 {
+		t.Fatalf("%v allocations per AllReduce through the communicator actor, want at most 4", a)
+	}
+}

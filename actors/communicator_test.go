@@ -122,6 +122,10 @@ func TestObserverSeesScheduled(t *testing.T) {
 		mu.Lock()
 		got = append(got, seen{w.Seq(), len(rec.Ops()), op.FP.Seq})
 		mu.Unlock()
+		// The Work carries the op's identity as the actor stamped it.
+		if fp := w.Fingerprint(); fp != op.FP || fp.Group != comm.GroupHash("g") || fp.Epoch != 3 || fp.Op != comm.OpBarrier {
+			t.Errorf("Work fingerprint %+v, op's %+v", fp, op.FP)
+		}
 	})}
 	_, pg := newComm(t, rec, obs)
 	for i := 0; i < 3; i++ {

@@ -91,6 +91,14 @@ type Op struct {
 	RecvCounts []int // AllGatherV, ReduceScatterV, AllToAll
 	Children   []*Op // Coalesced
 	Timeout    time.Duration
+
+	one [1]Buffer // backing array of a single-buffer In (setIn), allocated with the Op
+}
+
+// setIn sets In to the one buffer b without a second allocation.
+func (op *Op) setIn(b Buffer) {
+	op.one[0] = b
+	op.In = op.one[:]
 }
 
 // Chunk returns piece i of a list-or-flat buffer set: bufs[i] when there
@@ -188,11 +196,14 @@ func WithOpTimeout(d time.Duration) OpOption { return func(c *OpConfig) { c.Time
 
 // ApplyOpOptions folds opts into an OpConfig.
 func ApplyOpOptions(opts []OpOption) OpConfig {
-	var c OpConfig
+	if len(opts) == 0 {
+		return OpConfig{} // no options: nothing escapes, nothing is allocated
+	}
+	c := new(OpConfig)
 	for _, o := range opts {
 		if o != nil {
-			o(&c)
+			o(c)
 		}
 	}
-	return c
+	return *c
 }

@@ -342,7 +342,8 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 			}
 		}
 		if ctx.Done() != nil {
-			fp := op.FP
+			w.opDone = ctx.Done()
+			shape := op.FP // the identity comes from the communicator (Work.Fingerprint)
 			stop := context.AfterFunc(ctx, func() {
 				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 					return // the op's timeout is the deadline: the watchdog fails it
@@ -350,8 +351,7 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 				if w.IsCompleted() {
 					return
 				}
-				fp.Seq = w.Seq()
-				err := &CanceledError{Group: pg.name, Rank: pg.rank, FP: fp, Err: ctx.Err()}
+				err := &CanceledError{Group: pg.name, Rank: pg.rank, FP: w.fingerprintOr(shape), Err: ctx.Err()}
 				pg.log.Warn().Err(err).Msg("op abandoned by its ctx; aborting the communicator")
 				// Abort first: once the Work has failed, every peer knows
 				// (the engine's Abort waits for their acknowledgements).

@@ -53,7 +53,7 @@ func (pg *ProcessGroup) lowerAllReduce(buf Buffer, red ReduceOp) (*Op, error) {
 	op := newOp(OpAllReduce, buf.DType(), red.Type(), buf.Len(), -1)
 	op.FP.Shape = buf.ShapeKey()
 	op.Reduce = red.ForDType(buf.DType())
-	op.In = []Buffer{buf}
+	op.setIn(buf)
 	return op, nil
 }
 
@@ -100,7 +100,7 @@ func (pg *ProcessGroup) lowerBroadcast(buf Buffer, root int) (*Op, error) {
 	}
 	op := newOp(OpBroadcast, buf.DType(), 0, buf.Len(), root)
 	op.FP.Shape = buf.ShapeKey()
-	op.In = []Buffer{buf}
+	op.setIn(buf)
 	return op, nil
 }
 
@@ -127,7 +127,7 @@ func (pg *ProcessGroup) lowerReduce(buf Buffer, root int, red ReduceOp) (*Op, er
 	op := newOp(OpReduce, buf.DType(), red.Type(), buf.Len(), root)
 	op.FP.Shape = buf.ShapeKey()
 	op.Reduce = red.ForDType(buf.DType())
-	op.In = []Buffer{buf}
+	op.setIn(buf)
 	return op, nil
 }
 

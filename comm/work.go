@@ -12,8 +12,9 @@ import (
 // once; later completions are ignored. Safe for concurrent use.
 type Work struct {
 	op     OpType
-	seq    atomic.Uint64
-	source atomic.Int64 // sending rank of a Recv (AnySource resolves here)
+	seq    atomic.Uint64 // published after fp (SetFingerprint)
+	fp     Fingerprint   // the op's identity, written once before seq
+	source atomic.Int64  // sending rank of a Recv (AnySource resolves here)
 	done   chan struct{}
 	once   sync.Once
 	err    error
@@ -34,7 +35,30 @@ type Work struct {
 	// Atomic: the engine sets it when it takes the Work, which the caller
 	// may already be waiting on.
 	spin atomic.Int64
+
+	// inline (SetInline) holds the InlineStream the op is queued on; set
+	// by the engine at launch, which a waiter may already be waiting on.
+	inline atomic.Value
+	// opDone is the Done channel of the ctx given to the op's ProcessGroup
+	// method (nil: none), set before the Work is handed out: a Wait with
+	// that same ctx may run the op inline (see Wait).
+	opDone <-chan struct{}
 }
+
+// InlineStream is an engine's ordered stream of ops on which a waiter may
+// run its own op (the CPU engine implements it): RunInline runs w's op on
+// the calling goroutine if it is next on the stream and the stream is
+// idle, completing w, and reports whether it did; otherwise it does
+// nothing and returns false at once.
+type InlineStream interface {
+	RunInline(w *Work) bool
+}
+
+// SetInline tells the Work which stream its op is queued on, so that Wait
+// may run it on the waiting goroutine (see Wait). Engines call it in
+// Launch, before queueing the op; s must be a pointer (storing it does not
+// allocate).
+func (w *Work) SetInline(s InlineStream) { w.inline.Store(s) }
 
 // Timings are a Work's timestamps; zero values mean "not yet".
 type Timings struct {
@@ -64,11 +88,24 @@ func FailedWork(op OpType, err error) *Work {
 // ctx given to the op's ProcessGroup method is the one that bounds the op). With blocking wait
 // (SetDeadline) Wait also returns the deadline's error, typically a
 // *TimeoutError, once the deadline passes. c10d: Work.wait().
+//
+// Fewer hand-offs: if the op is still queued on an idle engine stream
+// (SetInline) and nothing could end this Wait before the op ends (no
+// blocking-wait deadline, and ctx is either never done or, without a
+// deadline, the very ctx given to the op's method, whose cancellation
+// aborts the op), Wait runs the op itself on the calling goroutine
+// instead of waiting to be woken by the engine's progress goroutine. The
+// op keeps its place in the launch order and its supervision (watchdog
+// deadline, flight recorder, events).
 func (w *Work) Wait(ctx context.Context) error {
 	select {
 	case <-w.done:
 		return w.err
 	default:
+	}
+	if s, ok := w.inline.Load().(InlineStream); ok && w.onTimeout == nil && w.inlineWait(ctx) && s.RunInline(w) {
+		<-w.done
+		return w.err
 	}
 	if d := time.Duration(w.spin.Load()); d > 0 && w.spinUntilDone(d) {
 		return w.err
@@ -92,6 +129,20 @@ func (w *Work) Wait(ctx context.Context) error {
 		}
 		return w.onTimeout(time.Since(w.created))
 	}
+}
+
+// inlineWait reports whether a Wait with ctx may run the op inline: ctx
+// cannot end the wait before the op ends.
+func (w *Work) inlineWait(ctx context.Context) bool {
+	d := ctx.Done()
+	if d == nil {
+		return true
+	}
+	if d != w.opDone {
+		return false
+	}
+	_, has := ctx.Deadline()
+	return !has
 }
 
 // SetDeadline turns on blocking wait for this Work (c10d
@@ -144,6 +195,10 @@ func (w *Work) IsCompleted() bool {
 	}
 }
 
+// IsSuccess reports whether the Work completed without error (c10d
+// is_success); false while it is in flight.
+func (w *Work) IsSuccess() bool { return w.IsCompleted() && w.err == nil }
+
 // Err is the Work's error once it completed; nil while it is in flight or
 // if it succeeded.
 func (w *Work) Err() error {
@@ -160,8 +215,38 @@ func (w *Work) Err() error {
 // 0 before that and for ops rejected for bad input.
 func (w *Work) Seq() uint64 { return w.seq.Load() }
 
-// SetSeq records the sequence number; called by the communicator actor.
+// SetSeq records the sequence number alone (tests and engines driven
+// without a communicator); the communicator actor calls SetFingerprint.
 func (w *Work) SetSeq(seq uint64) { w.seq.Store(seq) }
+
+// SetFingerprint records the op's identity {group, epoch, seq, op, dtype,
+// count, root} and its sequence number. The group's communicator actor,
+// the only owner of op identity, calls it once when it schedules the op,
+// before launch; the fingerprint is published by the seq's atomic store.
+func (w *Work) SetFingerprint(fp Fingerprint) {
+	w.fp = fp
+	w.seq.Store(fp.Seq)
+}
+
+// Fingerprint is the op's identity as its group's communicator assigned
+// it (group hash, epoch, seq, op, dtype, count, root); the zero
+// Fingerprint before that, and for ops rejected for bad input. Errors that
+// name the op (*TimeoutError, *CanceledError) take it from here.
+func (w *Work) Fingerprint() Fingerprint {
+	if w.seq.Load() == 0 {
+		return Fingerprint{}
+	}
+	return w.fp
+}
+
+// fingerprintOr is the Work's Fingerprint, or shape (the op's lowered
+// fingerprint, without identity) if the communicator has not scheduled it.
+func (w *Work) fingerprintOr(shape Fingerprint) Fingerprint {
+	if fp := w.Fingerprint(); fp.Seq != 0 {
+		return fp
+	}
+	return shape
+}
 
 // OpType is the kind of operation.
 func (w *Work) OpType() OpType { return w.op }

@@ -105,6 +105,13 @@ type RecorderConfig struct {
 // mutex held only for memory work, never for I/O. Work states are read from
 // the Works themselves at dump time (their timestamps are atomics), so
 // engines never call the recorder.
+//
+// Each group's ring is allocated once, at the group's first record or
+// AddGroup: a slot holds the op's raw identity (fingerprint, type, timeout,
+// creation time, Work) and its buffer lengths inline, and Record only
+// copies those in, so recording an op allocates nothing (ops with more than
+// slotCounts buffers reuse the slot's overflow slice once it is big
+// enough). Entries, with their strings and shapes, are built at Dump time.
 type FlightRecorder struct {
 	mu     sync.Mutex
 	cfg    RecorderConfig
@@ -112,11 +119,36 @@ type FlightRecorder struct {
 	groups map[string]*ring
 }
 
+// slotCounts is how many buffer lengths a slot holds without allocating.
+const slotCounts = 4
+
+// slot is one recorded op, in the raw form Record copies (see
+// FlightRecorder); entryState and entryNow turn it into an Entry.
 type slot struct {
-	e      Entry
-	w      *comm.Work // nil: state as recorded in e
-	counts []int64    // input then output buffer lengths
-	nIn    int
+	id      uint64
+	group   string
+	fp      comm.Fingerprint
+	typ     comm.OpType
+	timeout time.Duration
+	created int64      // Unix ns
+	w       *comm.Work // nil: state as recorded by SetState below
+	nIn     int        // counts[:nIn] are inputs, the rest outputs
+	n       int        // number of buffer lengths
+	inline  [slotCounts]int64
+	more    []int64 // the lengths when n > slotCounts (kept across laps)
+
+	// Entries without a Work (SetState).
+	state              string
+	started, completed int64
+	err                string
+}
+
+// counts returns the slot's buffer lengths, inputs first.
+func (s *slot) counts() []int64 {
+	if s.n <= slotCounts {
+		return s.inline[:s.n]
+	}
+	return s.more[:s.n]
 }
 
 type ring struct {
@@ -164,56 +196,51 @@ func (r *FlightRecorder) ring(group string) *ring {
 // Record adds a scheduled entry for op, launched on group with the given
 // deadline, and returns its record id. w (may be nil) is the op's Work;
 // the entry's state and times follow it. For Send/Recv op.FP.Seq is the
-// P2P seq.
+// P2P seq. It allocates nothing once the group's ring exists (see
+// FlightRecorder).
 func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
-	e := Entry{Group: group, Epoch: op.FP.Epoch, Op: op.Type.String(), IsP2P: op.Type.IsP2P(),
-		DType: op.FP.DType.String(), Count: op.FP.Count, Root: op.FP.Root,
-		State: actors.StateScheduled, TimeoutMS: timeout.Milliseconds()}
-	if op.FP.RedOp != 0 {
-		e.RedOp = op.FP.RedOp.String()
-	}
-	if e.IsP2P {
-		e.P2PSeq = op.FP.Seq
-	} else {
-		e.Seq = op.FP.Seq
-	}
-	counts, nIn := bufCounts(op)
+	var created int64
 	if w != nil {
-		e.TimeCreatedNS = w.Timings().Created.UnixNano()
+		created = w.Timings().Created.UnixNano()
 	} else {
-		e.TimeCreatedNS = r.cfg.Now().UnixNano()
+		created = r.cfg.Now().UnixNano()
 	}
+	p2p := op.Type.IsP2P()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.nextID++
-	e.RecordID = r.nextID
+	id := r.nextID
 	g := r.ring(group)
-	if e.Epoch > g.status.Epoch { // a restarted communicator: progress starts over
-		g.status = GroupStatus{Group: group, Epoch: e.Epoch, GroupRank: g.status.GroupRank,
+	epoch := op.FP.Epoch
+	if epoch > g.status.Epoch { // a restarted communicator: progress starts over
+		g.status = GroupStatus{Group: group, Epoch: epoch, GroupRank: g.status.GroupRank,
 			Ranks: g.status.Ranks, Evicted: g.status.Evicted}
 	}
 	switch {
-	case e.Epoch != g.status.Epoch:
+	case epoch != g.status.Epoch:
 		// An op of an older epoch, still being recorded: keep it, move no counters.
-	case e.IsP2P:
-		g.status.LastEnqueuedP2P = max(g.status.LastEnqueuedP2P, e.P2PSeq)
+	case p2p:
+		g.status.LastEnqueuedP2P = max(g.status.LastEnqueuedP2P, op.FP.Seq)
 	default:
-		g.status.LastEnqueued = max(g.status.LastEnqueued, e.Seq)
+		g.status.LastEnqueued = max(g.status.LastEnqueued, op.FP.Seq)
 	}
 	if len(g.slots) == 0 {
-		return e.RecordID
+		return id
 	}
 	if g.n == len(g.slots) {
-		old := g.slots[g.next]
-		g.fold(entryState(old))
+		g.fold(entryState(&g.slots[g.next]))
 		g.status.Evicted++
 	} else {
 		g.n++
 	}
-	g.slots[g.next] = slot{e: e, w: w, counts: counts, nIn: nIn}
+	s := &g.slots[g.next]
+	more := s.more
+	*s = slot{id: id, group: group, fp: op.FP, typ: op.Type, timeout: timeout, created: created, w: w,
+		state: actors.StateScheduled, more: more}
+	s.fillCounts(op)
 	g.next = (g.next + 1) % len(g.slots)
-	return e.RecordID
+	return id
 }
 
 // SetState records a state change for an entry recorded without a Work
@@ -224,54 +251,69 @@ func (r *FlightRecorder) SetState(id uint64, state string, at time.Time, err err
 	for _, g := range r.groups {
 		for i := range g.slots {
 			s := &g.slots[i]
-			if s.e.RecordID != id || s.w != nil {
+			if s.id != id || s.w != nil {
 				continue
 			}
-			s.e.State = state
+			s.state = state
 			switch state {
 			case actors.StateStarted:
-				s.e.TimeStartedNS = at.UnixNano()
+				s.started = at.UnixNano()
 			case actors.StateCompleted, actors.StateFailed:
-				s.e.TimeCompletedNS = at.UnixNano()
+				s.completed = at.UnixNano()
 			}
 			if err != nil {
-				s.e.Error = err.Error()
+				s.err = err.Error()
 			}
 			return
 		}
 	}
 }
 
-// bufCounts returns the element counts of op's input buffers followed by
-// its output buffers (children's included, in order) in one allocation,
-// and how many are inputs. All buffers of an op share the fingerprint's
-// dtype (ProcessGroup validates it), so dtypes are not stored.
-func bufCounts(op *comm.Op) ([]int64, int) {
-	if len(op.Children) == 0 {
-		c := make([]int64, 0, len(op.In)+len(op.Out))
-		for _, b := range op.In {
-			c = append(c, int64(b.Len()))
+// fillCounts stores the element counts of op's input buffers followed by
+// its output buffers (children's included, in order) in s, and how many
+// are inputs. All buffers of an op share the fingerprint's dtype
+// (ProcessGroup validates it), so dtypes are not stored.
+func (s *slot) fillCounts(op *comm.Op) {
+	nIn, n := countBufs(op)
+	s.nIn, s.n = nIn, n
+	var dst []int64
+	if n <= slotCounts {
+		dst = s.inline[:n]
+	} else {
+		if cap(s.more) < n {
+			s.more = make([]int64, n)
 		}
-		for _, b := range op.Out {
-			c = append(c, int64(b.Len()))
-		}
-		return c, len(op.In)
+		dst = s.more[:n]
 	}
-	var in, out []int64
-	var walk func(o *comm.Op)
-	walk = func(o *comm.Op) {
-		for _, b := range o.In {
-			in = append(in, int64(b.Len()))
-		}
-		for _, b := range o.Out {
-			out = append(out, int64(b.Len()))
-		}
-		for _, ch := range o.Children {
-			walk(ch)
-		}
+	in, out := 0, nIn
+	putCounts(op, dst, &in, &out)
+}
+
+// putCounts writes the lengths of op's and its children's buffers into
+// dst: inputs from *in on, outputs from *out on.
+func putCounts(op *comm.Op, dst []int64, in, out *int) {
+	for _, b := range op.In {
+		dst[*in] = int64(b.Len())
+		*in++
 	}
-	walk(op)
-	return append(in, out...), len(in)
+	for _, b := range op.Out {
+		dst[*out] = int64(b.Len())
+		*out++
+	}
+	for _, ch := range op.Children {
+		putCounts(ch, dst, in, out)
+	}
+}
+
+// countBufs is the number of input buffers of op and its children, and of
+// all their buffers.
+func countBufs(op *comm.Op) (nIn, n int) {
+	nIn, n = len(op.In), len(op.In)+len(op.Out)
+	for _, ch := range op.Children {
+		i, m := countBufs(ch)
+		nIn, n = nIn+i, n+m
+	}
+	return nIn, n
 }
 
 // shapes expands counts into c10d-style sizes ([n] per buffer) and dtypes.
@@ -279,7 +321,7 @@ func shapes(counts []int64, dtype string) ([][]int64, []string) {
 	sizes := make([][]int64, len(counts))
 	dts := make([]string, len(counts))
 	for i := range counts {
-		sizes[i] = counts[i : i+1 : i+1]
+		sizes[i] = []int64{counts[i]}
 		dts[i] = dtype
 	}
 	return sizes, dts
@@ -287,30 +329,43 @@ func shapes(counts []int64, dtype string) ([][]int64, []string) {
 
 // entryNow is s's entry with its buffer shapes, and state and times read
 // from its Work.
-func entryNow(s slot) Entry {
+func entryNow(s *slot) Entry {
 	e := entryState(s)
-	e.InputSizes, e.InputDTypes = shapes(s.counts[:s.nIn], e.DType)
-	e.OutputSizes, e.OutputDTypes = shapes(s.counts[s.nIn:], e.DType)
+	c := s.counts()
+	e.InputSizes, e.InputDTypes = shapes(c[:s.nIn], e.DType)
+	e.OutputSizes, e.OutputDTypes = shapes(c[s.nIn:], e.DType)
 	return e
 }
 
-// entryState is s's entry with state and times read from its Work.
-func entryState(s slot) Entry {
-	e := s.e
-	if s.w == nil {
-		return e
+// entryState is s's entry (without buffer shapes) with state and times
+// read from its Work.
+func entryState(s *slot) Entry {
+	fp := s.fp
+	e := Entry{RecordID: s.id, Group: s.group, Epoch: fp.Epoch, Op: s.typ.String(), IsP2P: s.typ.IsP2P(),
+		DType: fp.DType.String(), Count: fp.Count, Root: fp.Root, State: s.state,
+		TimeCreatedNS: s.created, TimeStartedNS: s.started, TimeCompletedNS: s.completed,
+		TimeoutMS: s.timeout.Milliseconds(), Error: s.err}
+	if fp.RedOp != 0 {
+		e.RedOp = fp.RedOp.String()
 	}
-	t := s.w.Timings()
-	if !t.Started.IsZero() {
-		e.TimeStartedNS = t.Started.UnixNano()
-		e.State = actors.StateStarted
+	if e.IsP2P {
+		e.P2PSeq = fp.Seq
+	} else {
+		e.Seq = fp.Seq
 	}
-	if !t.Completed.IsZero() {
-		e.TimeCompletedNS = t.Completed.UnixNano()
-		e.State = actors.StateCompleted
-		if err := s.w.Err(); err != nil {
-			e.State = actors.StateFailed
-			e.Error = err.Error()
+	if s.w != nil {
+		t := s.w.Timings()
+		if !t.Started.IsZero() {
+			e.TimeStartedNS = t.Started.UnixNano()
+			e.State = actors.StateStarted
+		}
+		if !t.Completed.IsZero() {
+			e.TimeCompletedNS = t.Completed.UnixNano()
+			e.State = actors.StateCompleted
+			if err := s.w.Err(); err != nil {
+				e.State = actors.StateFailed
+				e.Error = err.Error()
+			}
 		}
 	}
 	if e.TimeCompletedNS != 0 {
@@ -361,8 +416,7 @@ func (r *FlightRecorder) Dump(reason string) Dump {
 		snap := ring{status: g.status}
 		snap.status.Ranks = slices.Clone(g.status.Ranks)
 		for i := 0; i < g.n; i++ {
-			s := g.slots[(g.next-g.n+i+len(g.slots))%len(g.slots)]
-			e := entryNow(s)
+			e := entryNow(&g.slots[(g.next-g.n+i+len(g.slots))%len(g.slots)])
 			snap.fold(e)
 			d.Entries = append(d.Entries, e)
 		}

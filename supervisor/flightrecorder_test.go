@@ -288,3 +288,57 @@ func BenchmarkFlightRecorderRecord(b *testing.B) {
 		r.Record("default_pg", op, w, time.Minute)
 	}
 }
+
+// TestFlightRecorderRecordAllocs asserts that recording an op allocates
+// nothing once its group's ring exists (issue 15: a preallocated ring),
+// for a plain op and for a coalesced op of more buffers than a slot holds
+// inline (its overflow slice is reused from the second lap on).
+func TestFlightRecorderRecordAllocs(t *testing.T) {
+	r := NewFlightRecorder(RecorderConfig{Rank: 0, WorldSize: 2, Capacity: 16})
+	plain := allreduceOp(1, 4)
+	var children []*comm.Op
+	for i := range 3 {
+		children = append(children, allreduceOp(1, 2+i))
+	}
+	coal := &comm.Op{Type: comm.OpCoalesced, Children: children,
+		FP: comm.Fingerprint{Op: comm.OpCoalesced, DType: comm.Float32, RedOp: comm.RedSum, Count: 9, Root: -1}}
+	w := comm.NewWork(comm.OpAllReduce)
+	for range 32 { // two laps: every slot's overflow slice exists
+		r.Record("g", plain, w, time.Second)
+		r.Record("g", coal, w, time.Second)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		r.Record("g", plain, w, time.Second)
+		r.Record("g", coal, w, time.Second)
+	}); a != 0 {
+		t.Fatalf("%v allocations per Record pair, want 0", a)
+	}
+	// The dump still lists each op's shapes, inputs then outputs.
+	d := r.Dump("test")
+	if len(d.Entries) != 16 {
+		t.Fatalf("%d entries, want 16", len(d.Entries))
+	}
+	for _, e := range d.Entries {
+		switch e.Op {
+		case comm.OpAllReduce.String():
+			if len(e.InputSizes) != 1 || e.InputSizes[0][0] != 4 || len(e.OutputSizes) != 1 || e.OutputSizes[0][0] != 4 {
+				t.Fatalf("allreduce shapes %v → %v", e.InputSizes, e.OutputSizes)
+			}
+		case comm.OpCoalesced.String():
+			if len(e.InputSizes) != 3 || len(e.OutputSizes) != 3 || e.InputSizes[2][0] != 4 || e.OutputSizes[0][0] != 2 ||
+				len(e.InputDTypes) != 3 || e.InputDTypes[0] != "float32" || e.Count != 9 || e.RedOp != comm.RedSum.String() {
+				t.Fatalf("coalesced entry %+v", e)
+			}
+		default:
+			t.Fatalf("unexpected entry %+v", e)
+		}
+	}
+	// A dump owns its shapes: recording over the ring does not change it.
+	before := d.Entries[0].InputSizes[0][0]
+	for range 16 {
+		r.Record("g", allreduceOp(2, 7), w, time.Second)
+	}
+	if d.Entries[0].InputSizes[0][0] != before {
+		t.Fatal("a dump's shapes changed when the ring was reused")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,15 +69,22 @@ type WatchdogConfig struct {
 // push), and carries out the core's actions. All its state is owned by the
 // actor goroutine; the methods below only hand it messages.
 //
-// The per-op path (Track, the Observer) costs O(1) and wakes no goroutine:
-// it appends the Work to the inbox, a mutex-guarded list that the actor
-// drains at its next tick and before every other message, so the inbox
-// keeps the order of Track against Register, Deregister and SetTimeout
-// (which do wake the actor). A Work is thus seen at the latest one
-// WatchdogInterval after it was scheduled; its deadline counts from its
-// creation (Timings.Created), so it is enforced as before, within about a
-// tick. While some group is aborted, Track wakes the actor too, so a Work
-// launched on it fails at once (c10d fails such Works immediately).
+// The per-op path (Track, the Observer) costs O(1), allocates nothing in
+// steady state and wakes no goroutine: it appends the Work to the inbox, a
+// mutex-guarded list that the actor drains at its next tick and before
+// every other message, so the inbox keeps the order of Track against
+// Register, Deregister and SetTimeout (which do wake the actor). A Work is
+// thus seen at the latest one WatchdogInterval after it was scheduled (its
+// scheduled event is published then, stamped with its creation time); its
+// deadline counts from its creation (Timings.Created), so it is enforced as
+// before, within about a tick. While some group is aborted, Track wakes the
+// actor too, so a Work launched on it fails at once (c10d fails such Works
+// immediately).
+//
+// At a tick the actor reads each tracked Work's state once, in tracking
+// order per group, to publish its events and move the core's watermarks,
+// and forgets finished Works; no sort, map or allocation per Work. The
+// core's deadline check then costs O(groups) (see WatchdogCore).
 type Watchdog struct {
 	cfg  WatchdogConfig
 	core *WatchdogCore
@@ -86,13 +94,14 @@ type Watchdog struct {
 
 	// The inbox: written by any goroutine, drained by the actor.
 	inMu    sync.Mutex
-	inbox   []any       // TrackWork, RegisterGroup, DeregisterGroup, SetGroupTimeout
-	spare   []any       // the actor's emptied last batch, the next inbox (actor only)
+	inbox   []inMsg
+	spare   []inMsg     // the actor's emptied last batch, the next inbox (actor only)
 	aborted atomic.Bool // some group is aborted: Track wakes the actor
 
 	// Owned by the actor.
 	nextID   WorkID
-	works    map[WorkID]*watched
+	flights  map[string]*flight // group → its tracked Works
+	fnames   []string           // the keys of flights, sorted
 	groups   map[string]*watchedGroup
 	running  bool
 	cancel   context.CancelFunc
@@ -101,12 +110,46 @@ type Watchdog struct {
 	stopped  atomic.Bool // Stop was called: Deregister does not wait
 }
 
+// inMsg is one inbox entry: a TrackWork (ctl nil), or a control message
+// (RegisterGroup, DeregisterGroup, SetGroupTimeout). Tracks are kept by
+// value so that Track allocates nothing.
+type inMsg struct {
+	track TrackWork
+	ctl   any
+}
+
 type watched struct {
+	id      WorkID
 	w       *comm.Work
 	group   string
 	epoch   uint32
 	fp      comm.Fingerprint
 	started bool
+	gone    bool // finished or dropped: removed at the group's next compaction
+}
+
+// flight is one group's tracked Works, in tracking (id) order.
+type flight struct{ ws []watched }
+
+// find is the tracked Work id, or nil.
+func (f *flight) find(id WorkID) *watched {
+	i, ok := slices.BinarySearchFunc(f.ws, id, func(w watched, id WorkID) int { return cmpU64(uint64(w.id), uint64(id)) })
+	if !ok {
+		return nil
+	}
+	return &f.ws[i]
+}
+
+// compact removes gone Works, keeping the order and the slice's memory.
+func (f *flight) compact() {
+	keep := f.ws[:0]
+	for _, w := range f.ws {
+		if !w.gone {
+			keep = append(keep, w)
+		}
+	}
+	clear(f.ws[len(keep):])
+	f.ws = keep
 }
 
 type watchedGroup struct {
@@ -140,8 +183,6 @@ type (
 		FP      comm.Fingerprint
 		Timeout time.Duration // per-op override (0: the group's)
 		Work    *comm.Work
-
-		announced bool // Track published the scheduled event already
 	}
 	watchdogTick  struct{}
 	watchdogStore struct{ ev store.Event }
@@ -168,7 +209,7 @@ func NewWatchdog(cfg WatchdogConfig) (*Watchdog, error) {
 		cfg.Now = time.Now
 	}
 	core := NewWatchdogCore(CoreConfig{Rank: cfg.Rank, Mode: c.ErrorHandling, Timeout: c.Timeout, ProgressInterval: cfg.ProgressInterval})
-	return &Watchdog{cfg: cfg, core: core, works: map[WorkID]*watched{}, groups: map[string]*watchedGroup{}}, nil
+	return &Watchdog{cfg: cfg, core: core, flights: map[string]*flight{}, groups: map[string]*watchedGroup{}}, nil
 }
 
 // Heartbeat is the counter the watchdog beats; hand it to the HeartbeatMonitor.
@@ -225,22 +266,24 @@ func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
 	wd.post(SetGroupTimeout{Group: group, Timeout: d}, true)
 }
 
-// Track puts w (fingerprint fp, per-op timeout or 0) under the watchdog and
-// publishes its scheduled event. It never blocks and, unless a group is
-// aborted, wakes no goroutine: the watchdog picks w up at its next tick
-// (see Watchdog).
+// Track puts w (fingerprint fp, per-op timeout or 0) under the watchdog.
+// It never blocks, allocates nothing in steady state and, unless a group
+// is aborted, wakes no goroutine: the watchdog picks w up, and publishes
+// its scheduled event, at its next tick (see Watchdog).
 func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, w *comm.Work) {
-	m := TrackWork{Group: group, FP: fp, Timeout: timeout, Work: w, announced: wd.cfg.Events != nil}
-	if m.announced {
-		wd.emitWork(&watched{w: w, group: group, epoch: fp.Epoch, fp: fp}, actors.StateScheduled)
+	wd.inMu.Lock()
+	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Work: w}})
+	wd.inMu.Unlock()
+	if wd.aborted.Load() {
+		wd.system.Root.Send(wd.pid, watchdogDrain{})
 	}
-	wd.post(m, wd.aborted.Load())
 }
 
-// post appends m to the inbox; wake sends the actor a drain message.
+// post appends control message m to the inbox; wake sends the actor a
+// drain message.
 func (wd *Watchdog) post(m any, wake bool) {
 	wd.inMu.Lock()
-	wd.inbox = append(wd.inbox, m)
+	wd.inbox = append(wd.inbox, inMsg{ctl: m})
 	wd.inMu.Unlock()
 	if wake {
 		wd.system.Root.Send(wd.pid, watchdogDrain{})
@@ -259,9 +302,14 @@ func (wd *Watchdog) drain() {
 		if len(batch) == 0 {
 			return
 		}
-		for i, m := range batch {
-			wd.handle(m)
-			batch[i] = nil
+		for i := range batch {
+			yieldEvery(i)
+			if m := &batch[i]; m.ctl != nil {
+				wd.handle(m.ctl)
+			} else {
+				wd.track(m.track)
+			}
+			batch[i] = inMsg{}
 		}
 		wd.spare = batch[:0]
 	}
@@ -335,10 +383,13 @@ func (wd *Watchdog) handle(msg any) {
 			spec.CommID = CommID(spec.Name, spec.Epoch)
 		}
 		wd.groups[spec.Name] = &watchedGroup{spec: spec, abort: m.Comm, async: m.Async}
-		for id, w := range wd.works {
-			if w.group == spec.Name && w.fp.Epoch != spec.Epoch {
-				delete(wd.works, id) // the old communicator's; the core drops them too
+		if f := wd.flights[spec.Name]; f != nil {
+			for i := range f.ws {
+				if f.ws[i].fp.Epoch != spec.Epoch {
+					f.ws[i].gone = true // the old communicator's; the core drops them too
+				}
 			}
+			f.compact()
 		}
 		wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: spec.Name, Epoch: spec.Epoch, Action: "watch",
 			Detail: map[string]string{"comm_id": spec.CommID, "timeout": spec.Timeout.String()}})
@@ -354,9 +405,10 @@ func (wd *Watchdog) handle(msg any) {
 			defer close(m.done)
 		}
 		delete(wd.groups, m.Group)
-		for id, w := range wd.works {
-			if w.group == m.Group {
-				delete(wd.works, id)
+		if _, ok := wd.flights[m.Group]; ok {
+			delete(wd.flights, m.Group)
+			if i, ok := slices.BinarySearch(wd.fnames, m.Group); ok {
+				wd.fnames = slices.Delete(wd.fnames, i, i+1)
 			}
 		}
 		wd.apply(wd.core.Step(EvRemoveGroup{Group: m.Group}))
@@ -412,11 +464,28 @@ func (wd *Watchdog) startLoops(ctx actor.Context) {
 func (wd *Watchdog) track(m TrackWork) {
 	wd.nextID++
 	id := wd.nextID
-	wd.works[id] = &watched{w: m.Work, group: m.Group, epoch: m.FP.Epoch, fp: m.FP}
-	if !m.announced {
-		wd.emitWork(wd.works[id], actors.StateScheduled)
+	f := wd.flights[m.Group]
+	if f == nil {
+		f = &flight{}
+		wd.flights[m.Group] = f
+		i, _ := slices.BinarySearch(wd.fnames, m.Group)
+		wd.fnames = slices.Insert(wd.fnames, i, m.Group)
 	}
-	wd.apply(wd.core.Step(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Work.Timings().Created}))
+	f.ws = append(f.ws, watched{id: id, w: m.Work, group: m.Group, epoch: m.FP.Epoch, fp: m.FP})
+	wd.emitWork(&f.ws[len(f.ws)-1], actors.StateScheduled)
+	if acts := wd.core.Scheduled(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Work.Timings().Created}); len(acts) > 0 {
+		wd.apply(acts)
+	}
+}
+
+// find is the tracked Work id, or nil.
+func (wd *Watchdog) find(id WorkID) *watched {
+	for _, n := range wd.fnames {
+		if w := wd.flights[n].find(id); w != nil {
+			return w
+		}
+	}
+	return nil
 }
 
 // checkAsync lets the core act on group n's engine error, once.
@@ -448,34 +517,54 @@ func (wd *Watchdog) tick() {
 }
 
 // pollWorks publishes the start and completion of tracked Works, in
-// tracking order, and forgets completed ones; with step it also feeds them
-// to the core and carries out its actions.
+// tracking order per group, and forgets completed ones; with step it also
+// feeds them to the core (its watermarks) and carries out its actions.
+// Each Work is read once per tick, with no sort, map or allocation.
 func (wd *Watchdog) pollWorks(step bool) {
-	ids := make([]WorkID, 0, len(wd.works))
-	for id := range wd.works {
-		ids = append(ids, id)
+	for _, n := range wd.fnames {
+		f := wd.flights[n]
+		// The core's actions (apply) may mark Works of f gone but never
+		// resize f.ws, so the pass may hold pointers into it.
+		for i := range f.ws {
+			yieldEvery(i)
+			tw := &f.ws[i]
+			if tw.gone {
+				continue
+			}
+			if !tw.started && !tw.w.Timings().Started.IsZero() {
+				tw.started = true
+				wd.emitWork(tw, actors.StateStarted)
+				if step {
+					wd.core.Started(tw.id)
+				}
+			}
+			if tw.w.IsCompleted() {
+				tw.gone = true
+				err := tw.w.Err()
+				wd.emitWork(tw, stateOf(err))
+				if step {
+					if acts := wd.core.Completed(tw.id, err); len(acts) > 0 {
+						wd.apply(acts)
+					}
+				}
+			}
+		}
+		f.compact()
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		tw := wd.works[id]
-		if tw == nil {
-			continue
-		}
-		if !tw.started && !tw.w.Timings().Started.IsZero() {
-			tw.started = true
-			wd.emitWork(tw, actors.StateStarted)
-			if step {
-				wd.apply(wd.core.Step(EvStarted{ID: id}))
-			}
-		}
-		if tw.w.IsCompleted() {
-			delete(wd.works, id)
-			err := tw.w.Err()
-			wd.emitWork(tw, stateOf(err))
-			if step {
-				wd.apply(wd.core.Step(EvCompleted{ID: id, Err: err}))
-			}
-		}
+}
+
+// yieldBatch is how many Works the actor handles between yields.
+const yieldBatch = 256
+
+// yieldEvery lets other goroutines run after every yieldBatch Works of a
+// tick. A rank often runs on one thread (rankrunner sets GOMAXPROCS=1):
+// without it, a tick after a burst of small ops (thousands of Works, each
+// with its events) would hold the thread for milliseconds while the
+// training goroutine waits for it, which is the long tail the watchdog
+// used to add to op latency (issue 15).
+func yieldEvery(i int) {
+	if i > 0 && i%yieldBatch == 0 {
+		runtime.Gosched()
 	}
 }
 
@@ -541,11 +630,11 @@ func (wd *Watchdog) apply(acts []Action) {
 	for _, a := range acts {
 		switch a := a.(type) {
 		case ActFailWork:
-			tw := wd.works[a.ID]
-			if tw == nil {
+			tw := wd.find(a.ID)
+			if tw == nil || tw.gone {
 				continue
 			}
-			delete(wd.works, a.ID)
+			tw.gone = true
 			// The abort above may have completed the Work first (with its
 			// own error); either way this is its last event.
 			tw.w.Complete(a.Err)

@@ -219,13 +219,25 @@ type CoreConfig struct {
 // Works with deadlines, local and peer progress, and what has been aborted.
 // It is owned by one goroutine (the watchdog actor's); Step is not safe for
 // concurrent use.
+//
+// A group keeps sequence watermarks (its local Progress: last launched,
+// started and completed collective) and its in-flight Works in a min-heap
+// by deadline, so a tick looks at each group's earliest deadline only: it
+// costs O(groups) plus the Works that are due, not O(Works in flight).
+// A Work's completion costs O(1) (it is marked done and leaves the heap
+// when it reaches the top, or when done entries outnumber live ones);
+// finished Works are recycled, so a steady stream of ops allocates
+// nothing here.
 type WatchdogCore struct {
 	cfg      CoreConfig
 	groups   map[string]*wdGroup
+	names    []string // the groups' names, sorted (ticks visit groups in this order)
 	byComm   map[string]*wdGroup
-	works    map[WorkID]*wdWork
+	works    map[WorkID]*wdWork     // live (not done) Works
+	free     []*wdWork              // recycled Works
 	pending  map[string]AbortRecord // aborts seen for comm-ids not (yet) registered
 	tornDown bool
+	visited  int // heap entries a tick looked at (tests check a tick's cost)
 }
 
 type wdGroup struct {
@@ -237,6 +249,8 @@ type wdGroup struct {
 	published Progress
 	lastPub   time.Time
 	peers     map[int]Progress
+	due       []*wdWork // in-flight Works, a min-heap by (deadline, id); done ones leave lazily
+	nDone     int       // done entries still in due
 }
 
 type wdWork struct {
@@ -246,6 +260,7 @@ type wdWork struct {
 	at       time.Time
 	timeout  time.Duration
 	deadline time.Time
+	done     bool // completed, failed or dropped: waiting to leave its group's heap
 }
 
 // NewWatchdogCore returns a core with no groups.
@@ -289,9 +304,12 @@ func (c *WatchdogCore) Step(ev WatchdogEvent) []Action {
 		if g := c.groups[e.Group]; g != nil {
 			delete(c.groups, e.Group)
 			delete(c.byComm, g.spec.CommID)
-			for id, w := range c.works {
-				if w.group == e.Group {
-					delete(c.works, id)
+			if i, ok := slices.BinarySearch(c.names, e.Group); ok {
+				c.names = slices.Delete(c.names, i, i+1)
+			}
+			for _, w := range g.due {
+				if !w.done {
+					delete(c.works, w.id)
 				}
 			}
 		}
@@ -300,14 +318,11 @@ func (c *WatchdogCore) Step(ev WatchdogEvent) []Action {
 			c.group(e.Group).timeout = e.Timeout
 		}
 	case EvScheduled:
-		return c.scheduled(e)
+		return c.Scheduled(e)
 	case EvStarted:
-		if w := c.works[e.ID]; w != nil && !w.fp.Op.IsP2P() {
-			g := c.group(w.group)
-			g.local.Started = max(g.local.Started, w.fp.Seq)
-		}
+		c.Started(e.ID)
 	case EvCompleted:
-		return c.completed(e)
+		return c.Completed(e.ID, e.Err)
 	case EvTick:
 		return c.tick(e.Now)
 	case EvAsyncError:
@@ -345,6 +360,10 @@ func (c *WatchdogCore) newGroup(spec GroupSpec) *wdGroup {
 	}
 	if old != nil {
 		delete(c.byComm, old.spec.CommID)
+		g.due, g.nDone = old.due, old.nDone // the Works in flight stay (addGroup drops other epochs')
+	} else {
+		i, _ := slices.BinarySearch(c.names, spec.Name)
+		c.names = slices.Insert(c.names, i, spec.Name)
 	}
 	c.groups[spec.Name] = g
 	c.byComm[spec.CommID] = g
@@ -354,9 +373,11 @@ func (c *WatchdogCore) newGroup(spec GroupSpec) *wdGroup {
 func (c *WatchdogCore) addGroup(spec GroupSpec) []Action {
 	// A new epoch of a group starts clean; Works of other epochs are
 	// dropped (the old communicator fails them).
-	for id, w := range c.works {
-		if w.group == spec.Name && w.fp.Epoch != spec.Epoch {
-			delete(c.works, id)
+	if old := c.groups[spec.Name]; old != nil {
+		for _, w := range old.due {
+			if !w.done && w.fp.Epoch != spec.Epoch {
+				c.drop(old, w)
+			}
 		}
 	}
 	g := c.newGroup(spec)
@@ -367,7 +388,12 @@ func (c *WatchdogCore) addGroup(spec GroupSpec) []Action {
 	return nil
 }
 
-func (c *WatchdogCore) scheduled(e EvScheduled) []Action {
+// Scheduled is Step(EvScheduled), without boxing the event (the watchdog
+// actor calls it once per op).
+func (c *WatchdogCore) Scheduled(e EvScheduled) []Action {
+	if c.tornDown {
+		return nil
+	}
 	g := c.group(e.Group)
 	if g.aborted {
 		return []Action{ActFailWork{ID: e.ID, Err: &comm.AbortedError{Group: e.Group, Reason: g.abortErr}}}
@@ -376,21 +402,36 @@ func (c *WatchdogCore) scheduled(e EvScheduled) []Action {
 	if timeout <= 0 {
 		timeout = g.timeout
 	}
-	c.works[e.ID] = &wdWork{id: e.ID, group: e.Group, fp: e.FP, at: e.At, timeout: timeout, deadline: e.At.Add(timeout)}
+	w := c.newWork()
+	*w = wdWork{id: e.ID, group: e.Group, fp: e.FP, at: e.At, timeout: timeout, deadline: e.At.Add(timeout)}
+	c.works[e.ID] = w
+	g.push(w)
 	if !e.FP.Op.IsP2P() {
 		g.local.Launched = max(g.local.Launched, e.FP.Seq)
 	}
 	return nil
 }
 
-func (c *WatchdogCore) completed(e EvCompleted) []Action {
-	w := c.works[e.ID]
-	if w == nil {
+// Started is Step(EvStarted{ID: id}), without boxing the event: it moves
+// the group's started watermark.
+func (c *WatchdogCore) Started(id WorkID) {
+	if w := c.works[id]; w != nil && !c.tornDown && !w.fp.Op.IsP2P() {
+		g := c.group(w.group)
+		g.local.Started = max(g.local.Started, w.fp.Seq)
+	}
+}
+
+// Completed is Step(EvCompleted{ID: id, Err: err}), without boxing the
+// event: it moves the group's watermarks, or treats an engine-detected
+// failure as an incident.
+func (c *WatchdogCore) Completed(id WorkID, err error) []Action {
+	w := c.works[id]
+	if w == nil || c.tornDown {
 		return nil
 	}
-	delete(c.works, e.ID)
 	g := c.group(w.group)
-	if e.Err == nil {
+	c.drop(g, w)
+	if err == nil {
 		if !w.fp.Op.IsP2P() {
 			g.local.Started = max(g.local.Started, w.fp.Seq)
 			g.local.Completed = max(g.local.Completed, w.fp.Seq)
@@ -400,38 +441,154 @@ func (c *WatchdogCore) completed(e EvCompleted) []Action {
 	// An engine-detected failure breaks the communicator: handle it like an
 	// async error so that peers learn of it. Errors that are themselves
 	// consequences of an abort, or the caller's, are not incidents.
-	if g.aborted || !(errors.Is(e.Err, comm.ErrTransport) || errors.Is(e.Err, comm.ErrMismatch) || errors.Is(e.Err, comm.ErrEngine)) {
+	if g.aborted || !(errors.Is(err, comm.ErrTransport) || errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrEngine)) {
 		return nil
 	}
-	return c.incident(g, e.Err, fmt.Sprintf("rank %d: %v failed: %v", c.cfg.Rank, w.fp, e.Err), false)
+	return c.incident(g, err, fmt.Sprintf("rank %d: %v failed: %v", c.cfg.Rank, w.fp, err), false)
+}
+
+// newWork takes a recycled wdWork, or a new one.
+func (c *WatchdogCore) newWork() *wdWork {
+	if n := len(c.free); n > 0 {
+		w := c.free[n-1]
+		c.free = c.free[:n-1]
+		return w
+	}
+	return &wdWork{}
+}
+
+// drop forgets live Work w of group g: it is marked done and leaves g's
+// heap lazily (compacting the heap once done entries outnumber live ones).
+// w's fields stay readable until the next Scheduled.
+func (c *WatchdogCore) drop(g *wdGroup, w *wdWork) {
+	delete(c.works, w.id)
+	w.done = true
+	g.nDone++
+	if live := len(g.due) - g.nDone; g.nDone > 64 && g.nDone > 2*live {
+		c.compact(g)
+	}
+}
+
+// compact removes g's done entries from its heap and recycles them.
+func (c *WatchdogCore) compact(g *wdGroup) {
+	keep := g.due[:0]
+	for _, w := range g.due {
+		if w.done {
+			c.free = append(c.free, w)
+		} else {
+			keep = append(keep, w)
+		}
+	}
+	clear(g.due[len(keep):])
+	g.due, g.nDone = keep, 0
+	for i := len(g.due)/2 - 1; i >= 0; i-- {
+		g.down(i)
+	}
+}
+
+// popDone removes done entries from the top of g's heap.
+func (c *WatchdogCore) popDone(g *wdGroup) {
+	for len(g.due) > 0 && g.due[0].done {
+		c.free = append(c.free, g.pop())
+		g.nDone--
+	}
+}
+
+// The deadline heap of a group: (deadline, id) order.
+func wdLess(a, b *wdWork) bool {
+	if d := a.deadline.Compare(b.deadline); d != 0 {
+		return d < 0
+	}
+	return a.id < b.id
+}
+
+func (g *wdGroup) push(w *wdWork) {
+	g.due = append(g.due, w)
+	for i := len(g.due) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !wdLess(g.due[i], g.due[p]) {
+			break
+		}
+		g.due[i], g.due[p] = g.due[p], g.due[i]
+		i = p
+	}
+}
+
+func (g *wdGroup) pop() *wdWork {
+	n := len(g.due) - 1
+	top := g.due[0]
+	g.due[0] = g.due[n]
+	g.due[n] = nil
+	g.due = g.due[:n]
+	g.down(0)
+	return top
+}
+
+func (g *wdGroup) down(i int) {
+	for n := len(g.due); ; {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && wdLess(g.due[r], g.due[l]) {
+			m = r
+		}
+		if !wdLess(g.due[m], g.due[i]) {
+			return
+		}
+		g.due[i], g.due[m] = g.due[m], g.due[i]
+		i = m
+	}
+}
+
+// dueAt appends g's live Works whose deadline is not after now, walking
+// only the heap's entries at or before now (and their children).
+func (c *WatchdogCore) dueAt(g *wdGroup, i int, now time.Time, out []*wdWork) []*wdWork {
+	if i >= len(g.due) {
+		return out
+	}
+	c.visited++
+	w := g.due[i]
+	if now.Before(w.deadline) {
+		return out
+	}
+	if !w.done {
+		out = append(out, w)
+	}
+	out = c.dueAt(g, 2*i+1, now, out)
+	return c.dueAt(g, 2*i+2, now, out)
 }
 
 func (c *WatchdogCore) tick(now time.Time) []Action {
 	var acts []Action
-	// Deadlines, earliest first (then by id) so that the outcome does not
-	// depend on map order.
+	// Deadlines: each group's heap is looked at only down to its first
+	// entry not yet due; the due Works of all groups fail earliest first
+	// (then by id).
 	var due []*wdWork
-	for _, w := range c.works {
-		if !now.Before(w.deadline) {
-			due = append(due, w)
-		}
+	for _, n := range c.names {
+		g := c.groups[n]
+		c.popDone(g)
+		due = c.dueAt(g, 0, now, due)
 	}
-	slices.SortFunc(due, func(a, b *wdWork) int {
-		if d := a.deadline.Compare(b.deadline); d != 0 {
-			return d
-		}
-		return cmpU64(uint64(a.id), uint64(b.id))
-	})
+	if len(due) > 1 {
+		slices.SortFunc(due, func(a, b *wdWork) int {
+			if wdLess(a, b) {
+				return -1
+			}
+			return 1
+		})
+	}
 	for _, w := range due {
 		if c.tornDown {
 			break
 		}
-		if c.works[w.id] == nil { // already failed by an earlier incident
+		if w.done { // already failed by an earlier incident
 			continue
 		}
 		g := c.group(w.group)
 		terr := c.timeoutError(g, w, now)
-		delete(c.works, w.id)
+		c.drop(g, w)
 		acts = append(acts, ActFailWork{ID: w.id, Err: terr})
 		acts = append(acts, c.incident(g, terr, terr.Error(), false)...)
 	}
@@ -439,12 +596,7 @@ func (c *WatchdogCore) tick(now time.Time) []Action {
 		return acts
 	}
 	// Progress publishing, rate-limited per group.
-	names := make([]string, 0, len(c.groups))
-	for n := range c.groups {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
+	for _, n := range c.names {
 		g := c.groups[n]
 		if g.local != g.published && now.Sub(g.lastPub) >= c.cfg.ProgressInterval {
 			g.published, g.lastPub = g.local, now
@@ -552,25 +704,34 @@ func (c *WatchdogCore) incident(g *wdGroup, cause error, reason string, remote b
 
 // failGroupWorks fails every tracked Work of group with err, in id order.
 func (c *WatchdogCore) failGroupWorks(group string, err error) []Action {
-	var ids []WorkID
-	for id, w := range c.works {
-		if w.group == group {
-			ids = append(ids, id)
+	g := c.groups[group]
+	if g == nil {
+		return nil
+	}
+	var live []*wdWork
+	for _, w := range g.due {
+		if !w.done {
+			live = append(live, w)
 		}
 	}
-	slices.Sort(ids)
-	acts := make([]Action, 0, len(ids))
-	for _, id := range ids {
-		delete(c.works, id)
-		acts = append(acts, ActFailWork{ID: id, Err: err})
+	slices.SortFunc(live, func(a, b *wdWork) int { return cmpU64(uint64(a.id), uint64(b.id)) })
+	acts := make([]Action, 0, len(live))
+	for _, w := range live {
+		c.drop(g, w)
+		acts = append(acts, ActFailWork{ID: w.id, Err: err})
 	}
 	return acts
 }
 
+// oldest is group's earliest-launched Work in flight (nil if none).
 func (c *WatchdogCore) oldest(group string) *wdWork {
+	g := c.groups[group]
+	if g == nil {
+		return nil
+	}
 	var o *wdWork
-	for _, w := range c.works {
-		if w.group == group && (o == nil || w.id < o.id) {
+	for _, w := range g.due {
+		if !w.done && (o == nil || w.id < o.id) {
 			o = w
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -387,5 +388,91 @@ func TestWatchdogKeepsTypedAsyncErrors(t *testing.T) {
 				t.Errorf("peer's error %v, want a RemoteAbortError naming rank %d at seq %d, relayed by 0", pa, tc.origin, tc.seq)
 			}
 		})
+	}
+}
+
+// TestWatchdogCoreTickCostsGroupsNotWorks checks the watermark design
+// (issue 15): a tick with nothing due looks at one heap entry per group
+// however many Works are in flight, finished Works leave without a sweep,
+// and a steady stream of ops allocates nothing in the core.
+func TestWatchdogCoreTickCostsGroupsNotWorks(t *testing.T) {
+	c := NewWatchdogCore(CoreConfig{Rank: 0, Mode: TearDown, Timeout: time.Minute})
+	groups := []string{"a", "b", "c"}
+	for _, g := range groups {
+		c.Step(EvAddGroup{Spec: GroupSpec{Name: g, Members: []int{0, 1}}})
+	}
+	id := WorkID(0)
+	for i := range 30000 {
+		id++
+		c.Step(EvScheduled{ID: id, Group: groups[i%3], FP: fpAt(uint64(i/3 + 1)), At: t0.Add(time.Duration(i) * time.Microsecond)})
+	}
+	c.visited = 0
+	if acts := c.Step(EvTick{Now: t0.Add(30 * time.Second)}); len(kinds(acts)) != 3 { // three progress publications
+		t.Fatalf("tick: %v", kinds(acts))
+	}
+	if c.visited != len(groups) {
+		t.Fatalf("a tick with 30000 Works in flight and none due looked at %d entries, want %d (one per group)", c.visited, len(groups))
+	}
+	// Completing all but the last Work of each group leaves no done
+	// entries behind to sweep later.
+	for i := WorkID(1); i <= id-3; i++ {
+		c.Step(EvStarted{ID: i})
+		c.Step(EvCompleted{ID: i})
+	}
+	if c.InFlight() != 3 {
+		t.Fatalf("in flight %d, want 3", c.InFlight())
+	}
+	total := 0
+	for _, g := range groups {
+		total += len(c.groups[g].due)
+	}
+	if total > 3+3*(2*1+64) {
+		t.Fatalf("%d heap entries kept for 3 Works in flight", total)
+	}
+	for _, g := range groups {
+		if p := c.groups[g].local; p.Completed != 9999 || p.Launched != 10000 {
+			t.Fatalf("group %s watermarks %+v, want completed 9999 launched 10000", g, p)
+		}
+	}
+	// Steady state: schedule, start, complete, tick; no allocation.
+	now := t0.Add(31 * time.Second)
+	step := func() {
+		id++
+		c.Scheduled(EvScheduled{ID: id, Group: "a", FP: fpAt(uint64(id)), At: now})
+		c.Started(id)
+		c.Completed(id, nil)
+	}
+	for range 1000 {
+		step()
+	}
+	if a := testing.AllocsPerRun(1000, step); a != 0 {
+		t.Fatalf("%v allocations per op in the core, want 0", a)
+	}
+}
+
+// TestWatchdogCoreEarliestDeadlineNotOldest: a later op with a shorter
+// timeout (a ctx deadline) times out first, while the older op with the
+// long timeout stays in flight (NoHandling fails only the timed-out Work).
+func TestWatchdogCoreEarliestDeadlineNotOldest(t *testing.T) {
+	c := NewWatchdogCore(CoreConfig{Rank: 0, Mode: NoHandling})
+	c.Step(EvAddGroup{Spec: GroupSpec{Name: "default_pg", Members: []int{0, 1, 2, 3}, Timeout: 10 * time.Minute}})
+	c.Step(EvScheduled{ID: 1, Group: "default_pg", FP: fpAt(1), At: t0})
+	c.Step(EvScheduled{ID: 2, Group: "default_pg", FP: fpAt(2), Timeout: time.Second, At: t0.Add(time.Millisecond)})
+	c.Step(EvScheduled{ID: 3, Group: "default_pg", FP: fpAt(3), Timeout: 2 * time.Second, At: t0.Add(2 * time.Millisecond)})
+	if acts := c.Step(EvTick{Now: t0.Add(500 * time.Millisecond)}); slices.Contains(kinds(acts), "FailWork(2,timeout)") {
+		t.Fatalf("early tick: %v", kinds(acts))
+	}
+	acts := c.Step(EvTick{Now: t0.Add(3 * time.Second)})
+	var failed []string
+	for _, k := range kinds(acts) {
+		if strings.HasPrefix(k, "FailWork") {
+			failed = append(failed, k)
+		}
+	}
+	if !reflect.DeepEqual(failed, []string{"FailWork(2,timeout)", "FailWork(3,timeout)"}) {
+		t.Fatalf("failed %v, want Works 2 then 3 timed out", failed)
+	}
+	if c.InFlight() != 1 || c.oldest("default_pg").id != 1 {
+		t.Fatalf("in flight %d, want Work 1 only", c.InFlight())
 	}
 }

@@ -508,3 +508,44 @@ func BenchmarkWatchdogTrack(b *testing.B) {
 		}
 	}
 }
+
+// TestWatchdogPerOpPathAllocatesNothing drives the watchdog's per-op path
+// by hand (no actor, no ticker; events off): Track from the launching
+// goroutine, then the actor's drain and poll of a tick. In steady state
+// neither allocates per op, and finished Works are forgotten.
+func TestWatchdogPerOpPathAllocatesNothing(t *testing.T) {
+	wd, err := NewWatchdog(WatchdogConfig{Rank: 0, Exit: func(int) { t.Error("exit") },
+		Cfg: Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}}})
+	const batch = 64
+	works := make([]*comm.Work, batch)
+	for i := range works {
+		works[i] = comm.NewWork(comm.OpAllReduce)
+		works[i].MarkStarted()
+		works[i].Complete(nil)
+	}
+	seq := uint64(0)
+	step := func() {
+		for _, w := range works {
+			seq++
+			wd.Track("g", fpAt(seq), 0, w)
+		}
+		wd.drain()
+		wd.pollWorks(true)
+	}
+	for range 20 {
+		step()
+	}
+	if a := testing.AllocsPerRun(50, step); a != 0 {
+		t.Fatalf("%v allocations per %d ops tracked and polled, want 0", a, batch)
+	}
+	if n := len(wd.flights["g"].ws); n != 0 || wd.core.InFlight() != 0 {
+		t.Fatalf("%d Works kept, %d in the core, after they all finished", n, wd.core.InFlight())
+	}
+	if p := wd.core.groups["g"].local; p.Completed != seq || p.Launched != seq {
+		t.Fatalf("watermarks %+v, want launched and completed %d", p, seq)
+	}
+}

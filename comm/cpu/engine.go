@@ -32,9 +32,11 @@ type Engine struct {
 	shms  []*shmLink
 	wg    sync.WaitGroup // transport helper goroutines that touch shm memory
 
-	qmu   sync.Mutex
-	queue []task
-	qwake chan struct{} // cap 1
+	qmu     sync.Mutex
+	queue   []task
+	running bool           // an op of the stream is executing (progress or a waiter); under qmu
+	inline  sync.WaitGroup // waiters running an op inline (RunInline); Close waits for them
+	qwake   chan struct{}  // cap 1
 
 	fatal  fatalBox      // first fatal error (mismatch, transport, notice)
 	curSeq atomic.Uint64 // seq of the collective the stream runs or ran last
@@ -170,6 +172,7 @@ func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
 		w.Complete(err)
 		return
 	}
+	w.SetInline(e)
 	e.qmu.Lock()
 	e.queue = append(e.queue, task{op, w})
 	e.qmu.Unlock()
@@ -177,6 +180,49 @@ func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
 	case e.qwake <- struct{}{}:
 	default:
 	}
+}
+
+// RunInline implements comm.InlineStream: if w's op is next on the stream
+// and the stream is idle, the calling goroutine (the Work's waiter) takes
+// it off the queue and runs it, instead of handing it to the progress
+// goroutine and being woken up afterwards; it reports whether it did (w
+// is then complete). Launch order is kept: only the queue's head runs, and
+// never beside another op of the stream. The op is run exactly as the
+// progress goroutine runs it (run, the same error mapping, Complete).
+func (e *Engine) RunInline(w *comm.Work) bool {
+	e.qmu.Lock()
+	if e.running || len(e.queue) == 0 || e.queue[0].w != w || e.ctl.stopped.Load() {
+		e.qmu.Unlock()
+		return false
+	}
+	t := e.pop()
+	e.running = true
+	e.inline.Add(1)
+	e.qmu.Unlock()
+	defer e.inline.Done()
+	t.w.Complete(e.run(t.op, t.w))
+	e.qmu.Lock()
+	e.running = false
+	more := len(e.queue) > 0
+	e.qmu.Unlock()
+	if more { // the progress goroutine waits for the stream to be idle
+		select {
+		case e.qwake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// pop takes the queue's head (under qmu). It shifts rather than reslices,
+// so that the queue's array is reused and a steady launch rate allocates
+// nothing.
+func (e *Engine) pop() task {
+	t := e.queue[0]
+	k := copy(e.queue, e.queue[1:])
+	e.queue[k] = task{}
+	e.queue = e.queue[:k]
+	return t
 }
 
 // Abort fails every queued and in-flight op, and every later one, with a
@@ -230,6 +276,11 @@ func (e *Engine) Close() error {
 			Reason: fmt.Sprintf("rank %d destroyed process group %q (epoch %d)", e.globalRank(e.cfg.Rank), e.cfg.Group, e.cfg.Epoch)})
 	}
 	e.stop(fmt.Errorf("%w: cpu engine of group %q closed", comm.ErrClosed, e.cfg.Group))
+	// A waiter that claimed an op before the stop flag (RunInline checks it
+	// under qmu) still runs it: wait for it before unmapping.
+	e.qmu.Lock()
+	e.qmu.Unlock() //nolint:staticcheck // a barrier: later claims see the stop flag
+	e.inline.Wait()
 	e.stopMu.Lock()
 	defer e.stopMu.Unlock()
 	if e.closed {
@@ -286,13 +337,9 @@ const queueSpin = 50
 func (e *Engine) next() (task, bool) {
 	for i := 0; ; i++ {
 		e.qmu.Lock()
-		if len(e.queue) > 0 {
-			// Shift rather than reslice, so that the queue's array is
-			// reused and a steady launch rate allocates nothing.
-			t := e.queue[0]
-			k := copy(e.queue, e.queue[1:])
-			e.queue[k] = task{}
-			e.queue = e.queue[:k]
+		if len(e.queue) > 0 && !e.running {
+			t := e.pop()
+			e.running = true
 			e.qmu.Unlock()
 			return t, true
 		}
@@ -328,6 +375,9 @@ func (e *Engine) progress() {
 			return
 		}
 		t.w.Complete(e.run(t.op, t.w))
+		e.qmu.Lock()
+		e.running = false
+		e.qmu.Unlock()
 	}
 }
 

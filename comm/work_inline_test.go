@@ -1,0 +1,106 @@
+package comm
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// fakeStream completes the Works it is asked to run, counting them.
+type fakeStream struct{ ran int }
+
+func (s *fakeStream) RunInline(w *Work) bool {
+	s.ran++
+	w.Complete(nil)
+	return true
+}
+
+// TestWaitRunsInlineOnlyWhenNothingEndsItEarlier checks Wait's rule for
+// running a queued op on the waiting goroutine: with a ctx that is never
+// done, or the op's own ctx (without deadline); not with another
+// cancellable ctx, a ctx deadline, or blocking wait.
+func TestWaitRunsInlineOnlyWhenNothingEndsItEarlier(t *testing.T) {
+	opCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	other, cancelOther := context.WithCancel(context.Background())
+	cancelOther()
+	dl, cancelDL := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancelDL()
+	for _, c := range []struct {
+		name     string
+		ctx      context.Context
+		opCtx    context.Context
+		blocking bool
+		inline   bool
+	}{
+		{"background", context.Background(), nil, false, true},
+		{"the op's ctx", opCtx, opCtx, false, true},
+		{"another ctx", other, opCtx, false, false},
+		{"a deadline", dl, dl, false, false},
+		{"blocking wait", context.Background(), nil, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := NewWork(OpAllReduce)
+			if c.opCtx != nil {
+				w.opDone = c.opCtx.Done()
+			}
+			if c.blocking {
+				w.SetDeadline(time.Now().Add(time.Millisecond), func(time.Duration) error { return ErrTimeout })
+			}
+			s := &fakeStream{}
+			w.SetInline(s)
+			err := w.Wait(c.ctx)
+			if c.inline != (s.ran == 1) {
+				t.Fatalf("ran inline %d times, want inline %v (Wait: %v)", s.ran, c.inline, err)
+			}
+			if c.inline && err != nil {
+				t.Fatalf("Wait after running inline: %v", err)
+			}
+			if !c.inline && err == nil {
+				t.Fatal("Wait returned nil for a Work nobody completed")
+			}
+		})
+	}
+}
+
+// TestWorkIsSuccess: false in flight and after a failure, true after success.
+func TestWorkIsSuccess(t *testing.T) {
+	ok, bad := NewWork(OpAllReduce), NewWork(OpAllReduce)
+	if ok.IsSuccess() {
+		t.Fatal("IsSuccess in flight")
+	}
+	ok.Complete(nil)
+	bad.Complete(ErrTimeout)
+	if !ok.IsSuccess() || bad.IsSuccess() {
+		t.Fatalf("IsSuccess: %v after success, %v after failure", ok.IsSuccess(), bad.IsSuccess())
+	}
+}
+
+// doneLauncher completes every op at once.
+type doneLauncher struct{}
+
+func (doneLauncher) Submit(op *Op, w *Work) { w.SetFingerprint(op.FP); w.Complete(nil) }
+func (doneLauncher) Abort(error)            {}
+func (doneLauncher) Close(context.Context) error {
+	return nil
+}
+
+// TestAllReduceSubmitAllocs bounds what ProcessGroup.AllReduce allocates
+// per op before the launcher (issue 15): the Work and its done channel,
+// and the Op with its one-buffer input; no options object, no separate
+// input slice.
+func TestAllReduceSubmitAllocs(t *testing.T) {
+	pg, err := NewProcessGroup(GroupConfig{Name: "g", Rank: 0, Size: 2, Launcher: doneLauncher{}, Engine: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := HostBuffer(make([]float32, 1))
+	ctx := context.Background()
+	if a := testing.AllocsPerRun(200, func() {
+		if err := pg.AllReduce(ctx, buf, Sum).Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}); a > 3 {
+		t.Fatalf("%v allocations per AllReduce through the ProcessGroup, want at most 3 (Work, its channel, Op)", a)
+	}
+}
