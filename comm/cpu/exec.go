@@ -135,6 +135,9 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		children[i] = &cc
 	}
 	if !allP2P {
+		was := e.inCoalesced
+		e.inCoalesced = true
+		defer func() { e.inCoalesced = was }()
 		for _, c := range children {
 			var err error
 			if c.Type == comm.OpCoalesced {
@@ -225,7 +228,9 @@ func (e *Engine) allReduce(op *comm.Op) error {
 		return err
 	}
 	var err error
-	if e.useRing(len(buf), b.Len()) {
+	if e.useFlat(len(buf)) {
+		err = allreduceFlat(m, buf)
+	} else if e.useRing(len(buf), b.Len()) {
 		blocks := make([][]byte, m.size)
 		for i := range m.size {
 			lo, hi := split(b.Len(), m.size, i)
@@ -239,6 +244,17 @@ func (e *Engine) allReduce(op *comm.Op) error {
 		return err
 	}
 	return postScale(buf, dt, red, m.size)
+}
+
+// useFlat selects the one-step shared-memory algorithms (allreduce_flat.go)
+// for an op that moves nbytes per slot: the group has a group segment
+// (every rank on this host over shm, 2..8 ranks), nbytes is at most
+// Options.FlatThreshold and below Options.RingThreshold, and the op is not a child of a Coalesced op
+// (whose children share one seq, which the mismatch checks of
+// mesh_flat.go order ops by). Every input is in the fingerprint, so every
+// rank that launched the same op chooses alike.
+func (e *Engine) useFlat(nbytes int) bool {
+	return e.grp != nil && !e.inCoalesced && nbytes <= e.opts.FlatThreshold && nbytes < e.opts.RingThreshold
 }
 
 // useRing selects the ring allreduce (bandwidth-optimal) over recursive
