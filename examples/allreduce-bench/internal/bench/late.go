@@ -48,6 +48,10 @@ type LateResult struct {
 	WakeUs    float64 `json:"wake_us"`
 	WakeUsMin float64 `json:"wake_us_min"`
 	WakeUsMax float64 `json:"wake_us_max"`
+	// LagUs is the median over iterations of the time from the late
+	// rank's own Wait returning to the last waiting rank's, µs: the wake-up
+	// delay without the launch path the two share (can be negative).
+	LagUs float64 `json:"lag_us"`
 }
 
 // processCPU is the CPU time of this process, all threads.
@@ -105,6 +109,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 	rows := make([]int64, 3*n)
 	cpuPct := make([]float64, 0, cfg.Iters)
 	wake := make([]float64, 0, cfg.Iters)
+	lag := make([]float64, 0, cfg.Iters)
 	for i := 0; i < cfg.Iters; i++ {
 		if err := g.Barrier(ctx).Wait(ctx); err != nil {
 			return LateResult{}, fmt.Errorf("barrier before iteration %d: %w", i, err)
@@ -124,7 +129,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 		if err := g.AllReduce(ctx, comm.HostBuffer(rows), comm.Sum).Wait(ctx); err != nil {
 			return LateResult{}, fmt.Errorf("combining iteration %d across ranks: %w", i, err)
 		}
-		arrived := rows[3*late.Rank]
+		arrived, lateEnd := rows[3*late.Rank], rows[3*late.Rank+1]
 		worstCPU, lastWake := 0.0, 0.0
 		for r := range n {
 			if r == late.Rank {
@@ -138,25 +143,27 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 		}
 		cpuPct = append(cpuPct, worstCPU)
 		wake = append(wake, lastWake)
+		lag = append(lag, lastWake-float64(lateEnd-arrived)/1e3)
 	}
 	r := LateResult{Bytes: int64(geo.Count) * int64(cfg.DType.Size()), Count: geo.Count, LateRank: late.Rank,
 		LateUs: float64(late.Delay.Nanoseconds()) / 1e3}
 	if len(wake) > 0 {
 		r.WaitCPUPct, r.WaitCPUPctMax = Median(cpuPct), slices.Max(cpuPct)
 		r.WakeUs, r.WakeUsMin, r.WakeUsMax = Median(wake), slices.Min(wake), slices.Max(wake)
+		r.LagUs = Median(lag)
 	}
 	return r, nil
 }
 
 // FormatLateHeader is the comment lines above the late-arrival table.
 func FormatLateHeader() string {
-	return fmt.Sprintf("# %12s %12s %6s %10s %10s %10s %10s %10s %10s\n# %12s %12s %6s %10s %10s %10s %10s %10s %10s\n",
-		"size", "count", "late", "delay", "wait_cpu", "cpu_max", "wake", "wake_min", "wake_max",
-		"(B)", "(elements)", "(rank)", "(us)", "(%core)", "(%core)", "(us)", "(us)", "(us)")
+	return fmt.Sprintf("# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s\n# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s\n",
+		"size", "count", "late", "delay", "wait_cpu", "cpu_max", "wake", "wake_min", "wake_max", "lag",
+		"(B)", "(elements)", "(rank)", "(us)", "(%core)", "(%core)", "(us)", "(us)", "(us)", "(us)")
 }
 
 // FormatLateRow is one line of the late-arrival table.
 func FormatLateRow(r LateResult) string {
-	return fmt.Sprintf("  %12d %12d %6d %10.0f %10.2f %10.2f %10.2f %10.2f %10.2f\n",
-		r.Bytes, r.Count, r.LateRank, r.LateUs, r.WaitCPUPct, r.WaitCPUPctMax, r.WakeUs, r.WakeUsMin, r.WakeUsMax)
+	return fmt.Sprintf("  %12d %12d %6d %10.0f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+		r.Bytes, r.Count, r.LateRank, r.LateUs, r.WaitCPUPct, r.WaitCPUPctMax, r.WakeUs, r.WakeUsMin, r.WakeUsMax, r.LagUs)
 }

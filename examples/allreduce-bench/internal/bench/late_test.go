@@ -20,7 +20,7 @@ func TestRunLate(t *testing.T) {
 	g := &fakeGroup{rank: 0, size: 2}
 	g.onInt64 = func(rows []int64) {
 		lastEnd = rows[1]
-		rows[3], rows[4], rows[5] = lastEnd-40_000, lastEnd+1000, 999_000
+		rows[3], rows[4], rows[5] = lastEnd-40_000, lastEnd-30_000, 999_000
 	}
 	cfg := Config{Collective: AllReduce, Sizes: []int64{64}, Iters: 3, WarmupBytes: -1, WarmupTime: -1,
 		Now: func() time.Time { clock = clock.Add(100 * time.Microsecond); return clock }}
@@ -41,6 +41,9 @@ func TestRunLate(t *testing.T) {
 	}
 	if r.WakeUs != 40 || r.WakeUsMin != 40 || r.WakeUsMax != 40 {
 		t.Fatalf("wake %v (%v..%v) µs, want 40", r.WakeUs, r.WakeUsMin, r.WakeUsMax)
+	}
+	if r.LagUs != 30 {
+		t.Fatalf("lag %v µs, want 30 (rank 1 returned 10 µs after it launched)", r.LagUs)
 	}
 	if row := FormatLateRow(r); !strings.Contains(row, "5.00") || !strings.Contains(row, "40.00") {
 		t.Fatalf("row %q", row)
