@@ -244,9 +244,8 @@ func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
 		}
 		e.grp = groupOver(mem, e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank)
 		e.grp.release = release
-		// Every engine of this process may run on the same CPUs.
-		e.grp.spin = spinBudget(e.cfg.Size, [][]int{affinityCPUs()})
-		e.attachGroup()
+		// Every rank is a goroutine of this process: waits keep the
+		// backoff of link.go (see attachGroup).
 	}
 	return links, nil
 }

@@ -67,7 +67,7 @@ func (m *mesh) Publish(payload []byte) error {
 	copy(slot[headerSize:], payload)
 	g.k = k
 	me.seq.Store(k)
-	g.wakePeers()
+	m.wakePeers()
 	return nil
 }
 
@@ -95,7 +95,19 @@ func (m *mesh) Slot(p, n int) ([]byte, error) {
 // Done implements Slots.
 func (m *mesh) Done() {
 	m.grp.r[m.rank].ack.Store(m.grp.k)
-	m.grp.wakePeers()
+	m.wakePeers()
+}
+
+// wakePeers wakes the peers that sleep waiting (for a slot, an ack or a
+// message): on their bells (shm_group.go), or through the pair links.
+func (m *mesh) wakePeers() {
+	if m.grp.futex {
+		m.grp.wakePeers()
+		return
+	}
+	for _, s := range m.ctl.pumps {
+		s.nudge()
+	}
 }
 
 // flatWait waits until *w reaches target, under the wait policy of
@@ -107,22 +119,22 @@ func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
 	if w.Load() >= target {
 		return nil
 	}
-	var pc pace
+	var b backoff
 	for {
 		if err := m.fatal(); err != nil {
-			pc.settle()
+			b.reset()
 			return err
 		}
 		if err := m.checkPeerMsgs(); err != nil {
-			pc.settle()
+			b.reset()
 			return err
 		}
 		if w.Load() >= target {
-			pc.settle()
+			b.reset()
 			return nil
 		}
-		if err := m.grp.pause(&pc, m.ctl); err != nil {
-			pc.settle()
+		if err := b.pause(m.ctl); err != nil {
+			b.reset()
 			return err
 		}
 	}

@@ -173,14 +173,22 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: 0, Err: errors.New("rendezvous: rank 0 sent no group shm segment")}
 		}
 		e.grp.spin = spinBudget(e.cfg.Size, masks)
-		e.attachGroup()
+		if e.ctl.yieldOS {
+			e.attachGroup()
+		}
 	}
 	return links, nil
 }
 
 // attachGroup makes the group segment the doorbell of every wait
-// (shm_group.go) once the links are up.
+// (shm_group.go) once the links are up, when the group spans processes.
+// A group whose ranks are all goroutines of this process (tests, the
+// inmem transport) keeps the backoff of link.go, which yields to the Go
+// scheduler: a thread blocked in FUTEX_WAIT keeps its P until sysmon
+// takes it back (20 µs to 10 ms), while the peer it waits for may be a
+// goroutine queued on that very P.
 func (e *Engine) attachGroup() {
+	e.grp.futex = true
 	e.ctl.grp.Store(e.grp)
 	for _, s := range e.ctl.pumps {
 		s.grp = e.grp

@@ -68,6 +68,10 @@ type shmGroup struct {
 	// spin is how long a wait spins before it blocks on the rank's bell
 	// (0: never; see pace).
 	spin time.Duration
+	// futex is set when the waits of this rank follow the policy below
+	// (the group spans processes, Engine.attachGroup); otherwise they use
+	// link.go's backoff and wake through the pair links.
+	futex bool
 	// k is the number of flat ops this rank has published.
 	k uint64
 	// release gives Go memory back to its InmemHub (inmem transport).
@@ -248,6 +252,9 @@ func (g *shmGroup) pause(p *pace, c *ctl) error {
 				return nil
 			}
 			if time.Since(p.start) < g.spin {
+				// Let this process's other goroutines run (another
+				// rank's progress goroutine, in one process).
+				runtime.Gosched()
 				return nil
 			}
 		}
