@@ -67,8 +67,25 @@ func (m *mesh) Publish(payload []byte) error {
 	copy(slot[headerSize:], payload)
 	g.k = k
 	me.seq.Store(k)
-	m.wakePeers()
+	// The peers wait for every slot (Slot(0) waits for all): only the
+	// last rank to publish wakes them, so that a waiter sleeps and wakes
+	// once per op, not once per peer. That rank sees every seq at k; a
+	// waiter that raised its sleeping flag after this check sees every
+	// seq too (sequentially consistent atomics), so none is missed.
+	if m.allPublished(k) {
+		m.wakePeers()
+	}
 	return nil
+}
+
+// allPublished reports whether every rank published one-step op k.
+func (m *mesh) allPublished(k uint64) bool {
+	for p := range m.grp.size {
+		if m.grp.r[p].seq.Load() < k {
+			return false
+		}
+	}
+	return true
 }
 
 // Slot implements Slots.
@@ -79,8 +96,13 @@ func (m *mesh) Slot(p, n int) ([]byte, error) {
 	if p == m.rank {
 		return slot[headerSize : headerSize+n], nil
 	}
-	if err := m.flatWait(f.seq, g.k); err != nil {
-		return nil, err
+	if p == 0 || p == 1 && m.rank == 0 {
+		// The first peer slot read of the op: wait for all of them.
+		if err := m.flatWait(nil, g.k); err != nil {
+			return nil, err
+		}
+	} else if f.seq.Load() < g.k {
+		return nil, &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp, Msg: fmt.Sprintf("internal error: slot of rank %d read before it was published", p)}
 	}
 	h, err := decodeHeader(slot[:headerSize])
 	if err != nil {
@@ -92,10 +114,11 @@ func (m *mesh) Slot(p, n int) ([]byte, error) {
 	return slot[headerSize : headerSize+n], nil
 }
 
-// Done implements Slots.
+// Done implements Slots. It wakes nobody: a rank waits for acks only as
+// a safety check that does not wait in practice (Publish), and such a
+// wait re-checks every futexSlice.
 func (m *mesh) Done() {
 	m.grp.r[m.rank].ack.Store(m.grp.k)
-	m.wakePeers()
 }
 
 // wakePeers wakes the peers that sleep waiting (for a slot, an ack or a
@@ -110,13 +133,13 @@ func (m *mesh) wakePeers() {
 	}
 }
 
-// flatWait waits until *w reaches target, under the wait policy of
+// flatWait waits until *w reaches target (w nil: every rank's seq), under the wait policy of
 // shm_group.go. Meanwhile it watches for what would make the wait endless:
 // the engine stopped, a recorded failure (a peer's notice), a dead peer,
 // and a peer that sent a message of a message-based op at or before this
 // op's seq (it launched something else: a mismatch, checkPeerMsgs).
 func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
-	if w.Load() >= target {
+	if m.reached(w, target) {
 		return nil
 	}
 	var b backoff
@@ -129,7 +152,7 @@ func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
 			b.reset()
 			return err
 		}
-		if w.Load() >= target {
+		if m.reached(w, target) {
 			b.reset()
 			return nil
 		}
@@ -138,6 +161,13 @@ func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
 			return err
 		}
 	}
+}
+
+func (m *mesh) reached(w *atomic.Uint64, target uint64) bool {
+	if w == nil {
+		return m.allPublished(target)
+	}
+	return w.Load() >= target
 }
 
 // checkPeerMsgs polls every link while a one-step op waits. A message of
