@@ -65,6 +65,9 @@ type mesh struct {
 	// also offers the slots of the one-step algorithms (mesh_flat.go).
 	grp *shmGroup
 	fh  header // the header of a slot being written or checked
+	// fall is the last one-step op for which every rank's slot was
+	// awaited (mesh_flat.go).
+	fall uint64
 
 	// sh and rh are the headers of the message being sent and received.
 	// They live here, not on the stack, because links take them by pointer

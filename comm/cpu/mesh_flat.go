@@ -96,13 +96,12 @@ func (m *mesh) Slot(p, n int) ([]byte, error) {
 	if p == m.rank {
 		return slot[headerSize : headerSize+n], nil
 	}
-	if p == 0 || p == 1 && m.rank == 0 {
-		// The first peer slot read of the op: wait for all of them.
+	if m.fall != g.k {
+		// The op's first peer slot: wait for every rank's.
 		if err := m.flatWait(nil, g.k); err != nil {
 			return nil, err
 		}
-	} else if f.seq.Load() < g.k {
-		return nil, &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp, Msg: fmt.Sprintf("internal error: slot of rank %d read before it was published", p)}
+		m.fall = g.k
 	}
 	h, err := decodeHeader(slot[:headerSize])
 	if err != nil {
