@@ -258,19 +258,13 @@ func (e *Engine) allReduce(op *comm.Op) error {
 // useFlat selects the one-step shared-memory algorithms (allreduce_flat.go)
 // for an op that moves nbytes per slot: the group has a group segment
 // (every rank on this host over shm, 2..8 ranks), nbytes is at most
-// Options.FlatThreshold and below Options.RingThreshold, the op is not a
-// child of a Coalesced op (whose children share one seq, which the
-// mismatch checks of mesh_flat.go order ops by), and, for ranks in
-// several processes, they do not outnumber their CPUs: then all n ranks
-// become runnable at once when the last one publishes, and on 2 cores 3
-// and 4 ranks measured up to 2x slower than the message-based
-// algorithms, which wake one peer at a time (docs/algorithms.md). Every
-// input is in the fingerprint or the same on every rank (the CPU masks
-// come from rendezvous), so every rank that launched the same op chooses
-// alike.
+// Options.FlatThreshold and below Options.RingThreshold, and the op is
+// not a child of a Coalesced op (whose children share one seq, which the
+// mismatch checks of mesh_flat.go order ops by). Every input is in the
+// fingerprint or the same on every rank, so every rank that launched the
+// same op chooses alike.
 func (e *Engine) useFlat(nbytes int) bool {
-	return e.grp != nil && !e.inCoalesced && nbytes <= e.opts.FlatThreshold && nbytes < e.opts.RingThreshold &&
-		(!e.grp.futex || e.grp.spin > 0)
+	return e.grp != nil && !e.inCoalesced && nbytes <= e.opts.FlatThreshold && nbytes < e.opts.RingThreshold
 }
 
 // useRing selects the ring allreduce (bandwidth-optimal) over recursive

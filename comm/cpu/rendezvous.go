@@ -173,6 +173,9 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: 0, Err: errors.New("rendezvous: rank 0 sent no group shm segment")}
 		}
 		e.grp.spin = spinBudget(e.cfg.Size, masks)
+		if e.grp.spin == 0 {
+			e.grp.yield = spinFor
+		}
 		if e.ctl.yieldOS {
 			e.attachGroup()
 		}
