@@ -143,6 +143,14 @@ func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
 	}
 	var b backoff
 	for {
+		// What it waits for first, failures after, as the links read
+		// data before they report a dead peer: a peer that published its
+		// slot and then closed the group (it finished this op) does not
+		// fail it.
+		if m.reached(w, target) {
+			b.reset()
+			return nil
+		}
 		if err := m.fatal(); err != nil {
 			b.reset()
 			return err
@@ -150,10 +158,6 @@ func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
 		if err := m.checkPeerMsgs(); err != nil {
 			b.reset()
 			return err
-		}
-		if m.reached(w, target) {
-			b.reset()
-			return nil
 		}
 		if err := b.pause(m.ctl); err != nil {
 			b.reset()
