@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/ranktree/ranktree/comm/cpu"
@@ -30,6 +31,11 @@ const (
 	// the kernel's boot id and the hostname). Giving two groups of ranks on
 	// one machine different ids makes them talk TCP, as on two hosts.
 	EnvHostID = "RANKTREE_HOST_ID"
+	// EnvFlatThreshold sets the CPU engine's cpu.Options.FlatThreshold:
+	// the largest message in bytes of the one-step shared-memory
+	// algorithms (default 32 KiB; -1 turns them off). Every rank must see
+	// the same value.
+	EnvFlatThreshold = "RANKTREE_FLAT_THRESHOLD"
 )
 
 // cpuOptions builds the CPU engine's options from the environment:
@@ -71,6 +77,13 @@ func cpuOptions(c *config) (cpu.Options, error) {
 		if ip := net.ParseIP(o.AdvertiseHost); ip == nil || !ip.IsLoopback() {
 			o.ListenHost = "0.0.0.0"
 		}
+	}
+	if v := os.Getenv(EnvFlatThreshold); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < -1 || n > 16<<20 {
+			return o, &EnvError{Var: EnvFlatThreshold, Value: v, Msg: "want a size in bytes up to 16777216, or -1 for off"}
+		}
+		o.FlatThreshold = n
 	}
 	if o.ListenHost == "" && o.AdvertiseHost == "" && c.worldSize > c.localWorldSize {
 		if ip := routeTo(c.natsURL); ip != nil && !ip.IsLoopback() {

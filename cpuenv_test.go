@@ -138,3 +138,27 @@ func TestInitListenEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUOptionsFlatThreshold: RANKTREE_FLAT_THRESHOLD sets
+// cpu.Options.FlatThreshold; a bad value is an *EnvError naming it.
+func TestCPUOptionsFlatThreshold(t *testing.T) {
+	for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost} {
+		t.Setenv(v, "")
+	}
+	c := &config{worldSize: 2, localWorldSize: 2}
+	for val, want := range map[string]int{"": 0, "4096": 4096, "-1": -1} {
+		t.Setenv(EnvFlatThreshold, val)
+		o, err := cpuOptions(c)
+		if err != nil || o.FlatThreshold != want {
+			t.Fatalf("%s=%q: FlatThreshold %d, %v; want %d", EnvFlatThreshold, val, o.FlatThreshold, err, want)
+		}
+	}
+	for _, val := range []string{"x", "-2", "99999999"} {
+		t.Setenv(EnvFlatThreshold, val)
+		_, err := cpuOptions(c)
+		var ee *EnvError
+		if !errors.As(err, &ee) || ee.Var != EnvFlatThreshold {
+			t.Fatalf("%s=%q: got %v, want an EnvError naming it", EnvFlatThreshold, val, err)
+		}
+	}
+}

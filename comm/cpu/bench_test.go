@@ -19,8 +19,12 @@ import (
 // goroutines in this process) over transport tr. It reports algbw (GB/s,
 // bytes / median time) and the median latency in µs.
 func benchAllReduce(b *testing.B, tr string, nbytes int) {
-	const n = 2
-	g := newGroup(b, n, Options{Transport: tr})
+	benchAllReduceN(b, 2, Options{Transport: tr}, nbytes)
+}
+
+// benchAllReduceN is benchAllReduce on n ranks with opts.
+func benchAllReduceN(b *testing.B, n int, opts Options, nbytes int) {
+	g := newGroup(b, n, opts)
 	count := nbytes / 4
 	bufs := make([]comm.Buffer, n)
 	for r := range n {
@@ -68,6 +72,25 @@ func BenchmarkAllReduce(b *testing.B) {
 	for _, tr := range []string{TransportSHM, TransportTCP} {
 		for _, size := range []int{4, 64 << 20} {
 			b.Run(fmt.Sprintf("%s/%dB", tr, size), func(b *testing.B) { benchAllReduce(b, tr, size) })
+		}
+	}
+}
+
+// BenchmarkAllReduceFlat compares the one-step shared-memory allreduce
+// (allreduce_flat.go) with the message-based algorithms (FlatThreshold
+// -1: recursive doubling below RingThreshold) over shm, 2-4 ranks as
+// goroutines of this process, 4 B to 256 KiB: the crossover sets the
+// default FlatThreshold (docs/algorithms.md).
+func BenchmarkAllReduceFlat(b *testing.B) {
+	for _, n := range []int{2, 3, 4} {
+		for size := 4; size <= 256<<10; size *= 4 {
+			for _, alg := range []string{"flat", "msg"} {
+				opts := Options{Transport: TransportSHM, FlatThreshold: 1 << 20, RingThreshold: 1 << 20}
+				if alg == "msg" {
+					opts.FlatThreshold = -1
+				}
+				b.Run(fmt.Sprintf("n=%d/%dB/%s", n, size, alg), func(b *testing.B) { benchAllReduceN(b, n, opts, size) })
+			}
 		}
 	}
 }

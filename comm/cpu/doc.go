@@ -16,6 +16,13 @@
 //     cached stores, chosen per link by measured speed).
 //   - mesh.go, p2p.go: Mesh, the interface every algorithm is written
 //     against (Gloo's pairs): ordered, fingerprinted messages per peer.
+//   - shm_group.go, futex_linux.go, mesh_flat.go: the group segment of a
+//     group whose 2..8 ranks are all on one host (per-rank double-buffered
+//     slots, sequence words, futex bells), the wait policy (spin at most
+//     50 µs, then FUTEX_WAIT in 1 ms slices; see docs/algorithms.md,
+//     "Waiting"), and Slots, the interface of the one-step algorithms
+//     (*_flat.go: allreduce, broadcast, allgather, reduce-scatter below
+//     Options.FlatThreshold).
 //   - exec.go: lowers a comm.Op (flat or list buffers, V-variants, Avg,
 //     PreMulSum) to an algorithm and picks the algorithm by size.
 //   - <collective>_<method>.go: one algorithm per file, pure functions of a
@@ -28,7 +35,8 @@
 //
 //  1. Create one Engine per communicator (process group × epoch) on every
 //     member with New (or through Factory), with the same Options on all
-//     ranks (Transport, ShmRingBytes and RingThreshold must agree).
+//     ranks (Transport, ShmRingBytes, RingThreshold and FlatThreshold must
+//     agree).
 //  2. Launch ops in the same order on every rank, one at a time, with equal
 //     fingerprints (comm.ProcessGroup and the communicator actor do this).
 //     The engine checks the fingerprint of every message: a rank that gets

@@ -30,7 +30,13 @@ type Engine struct {
 	// links by peer, for Close and notices
 	links []link
 	shms  []*shmLink
-	wg    sync.WaitGroup // transport helper goroutines that touch shm memory
+	// grp is the group segment when every rank is on this host over shm
+	// and the group has at most maxFlatRanks (shm_group.go), else nil.
+	grp *shmGroup
+	// inCoalesced is set while the children of a Coalesced op run: they
+	// take the message-based algorithms only (allreduce_flat.go).
+	inCoalesced bool
+	wg          sync.WaitGroup // transport helper goroutines that touch shm memory
 
 	qmu     sync.Mutex
 	queue   []task
@@ -117,6 +123,7 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	}
 	e.links = links
 	e.mesh = newMesh(cfg.Rank, cfg.Size, links, e.ctl)
+	e.mesh.grp = e.grp
 	e.mesh.fatal = e.fatalNow
 	e.mesh.cause = e.fatal.get
 	e.mesh.closed = e.peerClosedErr
@@ -302,6 +309,7 @@ func (e *Engine) stop(err error) bool {
 	}
 	e.ctl.stopped.Store(true)
 	close(e.ctl.stop)
+	e.ctl.poke() // rings this rank's bell if it sleeps on it
 	if e.ln != nil {
 		_ = e.ln.Close()
 	}
@@ -318,6 +326,9 @@ func (e *Engine) release() {
 	e.wg.Wait()
 	for _, s := range e.shms {
 		s.unmap()
+	}
+	if e.grp != nil {
+		e.grp.unmap()
 	}
 }
 

@@ -16,6 +16,9 @@ func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
 		return e.execData(op, w)
 	}
 	switch {
+	case op.Type == comm.OpBroadcast && e.useFlat(op.In[0].Len()*op.In[0].DType().Size()):
+		// Its slots carry every rank's fingerprint: no agreement first.
+		return e.execData(op, w)
 	case op.Type.IsRooted():
 		if err := agreeDissemination(e.mesh); err != nil {
 			return err
@@ -41,6 +44,9 @@ func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 		return e.allReduce(op)
 	case comm.OpBroadcast:
 		buf := op.In[0].Bytes()
+		if e.useFlat(len(buf)) {
+			return broadcastFlat(m, buf, op.Root)
+		}
 		if n > 2 && len(buf) >= e.opts.RingThreshold {
 			return broadcastScatterAllGather(m, buf, op.Root)
 		}
@@ -58,6 +64,9 @@ func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 			blocks[i] = comm.Chunk(op.Out, i, counts, in.Len()).Bytes()
 		}
 		copy(blocks[r], in.Bytes())
+		if op.Type == comm.OpAllGather && e.useFlat(n*len(blocks[r])) {
+			return allgatherFlat(m, blocks)
+		}
 		if e.useBruck(blocks) {
 			return allgatherBruck(m, blocks, e.scratch(bruckScratch(blocks)))
 		}
@@ -136,6 +145,9 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		children[i] = &cc
 	}
 	if !allP2P {
+		was := e.inCoalesced
+		e.inCoalesced = true
+		defer func() { e.inCoalesced = was }()
 		for _, c := range children {
 			var err error
 			if c.Type == comm.OpCoalesced {
@@ -235,7 +247,9 @@ func (e *Engine) allReduce(op *comm.Op) error {
 		return err
 	}
 	var err error
-	if e.useRing(len(buf), b.Len()) {
+	if e.useFlat(len(buf)) {
+		err = allreduceFlat(m, buf)
+	} else if e.useRing(len(buf), b.Len()) {
 		blocks := make([][]byte, m.size)
 		for i := range m.size {
 			lo, hi := split(b.Len(), m.size, i)
@@ -249,6 +263,18 @@ func (e *Engine) allReduce(op *comm.Op) error {
 		return err
 	}
 	return postScale(buf, dt, red, m.size)
+}
+
+// useFlat selects the one-step shared-memory algorithms (allreduce_flat.go)
+// for an op that moves nbytes per slot: the group has a group segment
+// (every rank on this host over shm, 2..8 ranks), nbytes is at most
+// Options.FlatThreshold and below Options.RingThreshold, and the op is
+// not a child of a Coalesced op (whose children share one seq, which the
+// mismatch checks of mesh_flat.go order ops by). Every input is in the
+// fingerprint or the same on every rank, so every rank that launched the
+// same op chooses alike.
+func (e *Engine) useFlat(nbytes int) bool {
+	return e.grp != nil && !e.inCoalesced && nbytes <= e.opts.FlatThreshold && nbytes < e.opts.RingThreshold
 }
 
 // useRing selects the ring allreduce (bandwidth-optimal) over recursive
@@ -318,6 +344,22 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 	var counts []int
 	if op.Type == comm.OpReduceScatterV {
 		counts = op.RecvCounts
+	}
+	if op.Type == comm.OpReduceScatter && e.useFlat(m.size*out.Len()*dt.Size()) {
+		// The input, gathered in one scratch buffer (not modified:
+		// ncclReduceScatter), scaled for PreMulSum, is published as is.
+		tmp := e.scratch(m.size * out.Len() * dt.Size())[:0]
+		for i := range m.size {
+			tmp = append(tmp, comm.Chunk(op.In, i, nil, out.Len()).Bytes()...)
+		}
+		if err := preScale(tmp, dt, red); err != nil {
+			return err
+		}
+		ob := out.Bytes()
+		if err := reduceScatterFlat(m, tmp, ob); err != nil {
+			return err
+		}
+		return postScale(ob, dt, red, m.size)
 	}
 	// Work on a copy: the input is not modified (ncclReduceScatter).
 	tmp := make([]byte, 0, totalLen(op.In)*dt.Size())

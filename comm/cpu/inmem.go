@@ -23,12 +23,13 @@ const TransportInmem = "inmem"
 type InmemHub struct {
 	mu      sync.Mutex
 	pairs   map[inmemKey]*inmemPair
-	changed chan struct{} // closed and replaced when an end attaches
+	groups  map[inmemKey]*inmemGroup // group segments (lo, hi: 0 and the size)
+	changed chan struct{}            // closed and replaced when an end attaches
 }
 
 // NewInmemHub returns an empty hub.
 func NewInmemHub() *InmemHub {
-	return &InmemHub{pairs: make(map[inmemKey]*inmemPair), changed: make(chan struct{})}
+	return &InmemHub{pairs: make(map[inmemKey]*inmemPair), groups: make(map[inmemKey]*inmemGroup), changed: make(chan struct{})}
 }
 
 type inmemKey struct {
@@ -139,6 +140,43 @@ func (h *InmemHub) attach(group string, epoch uint32, rank, peer, ringBytes int,
 	return p, k, side, nil
 }
 
+// group returns the group segment's memory for a group of n ranks with
+// slots of slot bytes, creating it for the first rank that asks.
+// The engine gives it back with release once closed; the last one
+// frees it, so that a group re-created under the same name and epoch
+// starts from zeroed counters.
+func (h *InmemHub) group(group string, epoch uint32, n, slot int) ([]byte, func(), error) {
+	k := inmemKey{group: group, epoch: epoch, lo: 0, hi: n}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[k]
+	if g == nil {
+		g = &inmemGroup{mem: unsafeBytes(make([]uint64, grpBytes(n, slot)/8))}
+		h.groups[k] = g
+	}
+	if len(g.mem) != grpBytes(n, slot) {
+		return nil, nil, fmt.Errorf("%w: cpu: ranks of group %q disagree on FlatThreshold", comm.ErrInvalidArgument, group)
+	}
+	g.refs++
+	var once sync.Once
+	release := func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if g.refs--; g.refs == 0 && h.groups[k] == g {
+				delete(h.groups, k)
+			}
+		})
+	}
+	return g.mem, release, nil
+}
+
+// inmemGroup is a group segment in Go memory and its users.
+type inmemGroup struct {
+	mem  []byte
+	refs int
+}
+
 // connectInmem builds one ring link per peer through opts.Hub and waits
 // until every peer attached.
 func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
@@ -193,6 +231,21 @@ func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
 		s.start(p, e.ctl, c)
 		links[p] = s
 		e.ctl.pumps = append(e.ctl.pumps, s)
+	}
+	if e.opts.FlatThreshold > 0 && e.cfg.Size <= maxFlatRanks {
+		mem, release, err := hub.group(e.cfg.Group, e.cfg.Epoch, e.cfg.Size, e.opts.FlatThreshold)
+		if err != nil {
+			for _, c := range ctrls {
+				if c != nil {
+					c.close()
+				}
+			}
+			return nil, err
+		}
+		e.grp = groupOver(mem, e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank)
+		e.grp.release = release
+		// Every rank is a goroutine of this process: waits keep the
+		// backoff of link.go (see attachGroup).
 	}
 	return links, nil
 }

@@ -95,6 +95,11 @@ type ctl struct {
 	// pumps are the shm links with a send queue; pumpAll drives them
 	// (progress goroutine only).
 	pumps []*shmLink
+	// grp is the group segment, or nil: with it, waits follow its wait
+	// policy (spin a bounded time, then sleep on this rank's bell) instead
+	// of the backoff's yields and timers.
+	// Set once at connect, read by tcp reader goroutines (poke).
+	grp atomic.Pointer[shmGroup]
 }
 
 // pumpAll moves queued shm sends into their rings; it reports progress.
@@ -118,6 +123,9 @@ func (c *ctl) poke() {
 	case c.notify <- struct{}{}:
 	default:
 	}
+	if g := c.grp.Load(); g != nil {
+		g.wakeSelf()
+	}
 }
 
 // backoff paces a polling loop: a short busy spin (the latency path for
@@ -128,6 +136,7 @@ type backoff struct {
 	n     int
 	sleep time.Duration
 	armed bool // asleep flags raised, next pause blocks
+	pc    pace // with a group segment (ctl.grp)
 }
 
 const (
@@ -140,6 +149,9 @@ const (
 func (b *backoff) pause(c *ctl) error {
 	if c.stopped.Load() {
 		return errStopped
+	}
+	if g := c.grp.Load(); g != nil {
+		return g.pause(&b.pc, c)
 	}
 	b.n++
 	switch {
@@ -195,4 +207,7 @@ func (c *ctl) setAsleep(v uint32) {
 func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // reset restarts the spin phase after progress was made.
-func (b *backoff) reset() { b.n, b.sleep, b.armed = 0, 0, false }
+func (b *backoff) reset() {
+	b.n, b.sleep, b.armed = 0, 0, false
+	b.pc.settle()
+}

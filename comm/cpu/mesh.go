@@ -61,6 +61,13 @@ type mesh struct {
 	dirty      []bool // links sent to since the last Flush
 	cur        opCtx
 	anyNext    int // rotates the first peer an any-source Recv polls
+	// grp is the group segment (shm_group.go) or nil; with it the mesh
+	// also offers the slots of the one-step algorithms (mesh_flat.go).
+	grp *shmGroup
+	fh  header // the header of a slot being written or checked
+	// fall is the last one-step op for which every rank's slot was
+	// awaited (mesh_flat.go).
+	fall uint64
 
 	// sh and rh are the headers of the message being sent and received.
 	// They live here, not on the stack, because links take them by pointer
@@ -298,11 +305,22 @@ func (m *mesh) recvColl(peer, step, n int, s sink) error {
 			return m.transportErr(peer, err)
 		}
 		if !ok {
+			if m.grp != nil {
+				// A peer that published a slot of a one-step op this
+				// rank has not run launched something else: this wait
+				// would never end (mesh_flat.go).
+				if err := m.checkPeerSlots(); err != nil {
+					b.reset()
+					return err
+				}
+			}
 			if err := m.wait(&b); err != nil {
+				b.reset()
 				return err
 			}
 			continue
 		}
+		b.reset()
 		if h.Kind == kindP2P {
 			if err := m.stashMsg(peer, *h); err != nil {
 				return err

@@ -144,15 +144,22 @@ func TestMultiProcRank(t *testing.T) {
 		return
 	}
 	want := float32(size * (size + 1) / 2)
-	for seq, count := range []int{1, 1 << 20} {
+	counts := []int{1, 1 << 20}
+	if mode == "deathflat" {
+		counts = []int{1, 1} // both one-step (allreduce_flat.go)
+	}
+	for seq, count := range counts {
 		if mode != "ok" && seq == 1 {
-			if mode == "death" && rank == 1 {
+			if (mode == "death" || mode == "deathflat") && rank == 1 {
 				os.Exit(7) // die without a word, mid-job
 			}
 			_, err := allreduce(uint64(seq+1), count)
 			var te *comm.TransportError
 			if !errors.As(err, &te) || te.Peer != 1 {
 				t.Fatalf("rank %d: got %v, want a TransportError naming rank 1", rank, err)
+			}
+			if e.grp != nil {
+				fmt.Printf("RANK-FLAT %d futex=%v\n", e.grp.k, e.grp.futex)
 			}
 			fmt.Println("RANK-RESULT transport-error")
 			return
@@ -171,12 +178,14 @@ func TestMultiProcRank(t *testing.T) {
 // TestMultiProcess runs ranks as real processes (the test binary re-executed,
 // as Gloo's test/multiproc_test.h): allreduce over shm and tcp across
 // processes; a rank that dies mid-job, and one that hits an injected crash
-// fault (exit code 3), give the survivor a *comm.TransportError.
+// fault (exit code 3), give the survivor a *comm.TransportError; so does
+// one that dies while its peer waits in a one-step shared-memory op
+// (deathflat).
 func TestMultiProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	for _, c := range []struct{ mode, tr string }{{"ok", TransportSHM}, {"ok", TransportTCP}, {"death", TransportSHM}, {"crash", TransportTCP}} {
+	for _, c := range []struct{ mode, tr string }{{"ok", TransportSHM}, {"ok", TransportTCP}, {"death", TransportSHM}, {"deathflat", TransportSHM}, {"crash", TransportTCP}} {
 		t.Run(c.mode+"/"+c.tr, func(t *testing.T) {
 			const size = 2
 			dir := t.TempDir()
@@ -196,7 +205,7 @@ func TestMultiProcess(t *testing.T) {
 				err := cmd.Wait()
 				code := cmd.ProcessState.ExitCode()
 				wantCode := 0
-				if r == 1 && c.mode == "death" {
+				if r == 1 && (c.mode == "death" || c.mode == "deathflat") {
 					wantCode = 7
 				}
 				if r == 1 && c.mode == "crash" {
@@ -212,6 +221,11 @@ func TestMultiProcess(t *testing.T) {
 			}
 			if !strings.Contains(outs[0].String(), want) {
 				t.Fatalf("rank 0 output lacks %q:\n%s", want, outs[0])
+			}
+			if c.mode == "deathflat" && !strings.Contains(outs[0].String(), "RANK-FLAT 2 futex=true") {
+				// Rank 0 published the one-step op at seq 2 and slept on
+				// its futex bell when its peer died.
+				t.Fatalf("rank 0 did not wait in a one-step op on its bell:\n%s", outs[0])
 			}
 			if c.mode == "crash" && !strings.Contains(outs[1].String(), "injected fault: crash") {
 				t.Fatalf("crash not printed:\n%s", outs[1])

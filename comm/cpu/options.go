@@ -52,6 +52,17 @@ type Options struct {
 	// with more than two ranks: scatter then ring allgather). All ranks
 	// must use the same value.
 	RingThreshold int
+	// FlatThreshold is the largest message in bytes that the one-step
+	// shared-memory algorithms (allreduce_flat.go) move, when every rank
+	// of a group of 2..8 is on this host over shm: an allreduce buffer up
+	// to it, an allgather's gathered total, a reduce-scatter's input, a
+	// broadcast buffer. It also sizes each rank's two slots in the group
+	// segment (2·FlatThreshold + 4 KiB per rank). Default 32 KiB, chosen by
+	// measurement (docs/algorithms.md); negative disables the flat
+	// algorithms and the group segment (then waits fall back to the
+	// sched_yield and timer backoff of link.go). All ranks must use the
+	// same value.
+	FlatThreshold int
 }
 
 // validate fills defaults and rejects bad values (wrapping
@@ -103,6 +114,15 @@ func (o *Options) validate() error {
 	if o.RingThreshold == 0 {
 		o.RingThreshold = 256 << 10
 	}
+	switch {
+	case o.FlatThreshold == 0:
+		o.FlatThreshold = 32 << 10
+	case o.FlatThreshold < 0:
+		o.FlatThreshold = 0
+	case o.FlatThreshold > 16<<20:
+		return fmt.Errorf("%w: cpu: FlatThreshold %d above 16 MiB", comm.ErrInvalidArgument, o.FlatThreshold)
+	}
+	o.FlatThreshold = (o.FlatThreshold + 63) &^ 63
 	return nil
 }
 

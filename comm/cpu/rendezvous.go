@@ -33,6 +33,8 @@ type peerInfo struct {
 	Addr string `json:"addr"`
 	Host string `json:"host"`
 	PID  int    `json:"pid"`
+	// CPUs is the rank's CPU affinity, for the wait policy (shm_group.go).
+	CPUs []int `json:"cpus,omitempty"`
 }
 
 // handshake wire constants.
@@ -72,7 +74,7 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 	}
 	e.ln = ln
 	port := ln.Addr().(*net.TCPAddr).Port
-	me := peerInfo{Addr: net.JoinHostPort(e.opts.AdvertiseHost, strconv.Itoa(port)), Host: e.opts.HostID, PID: os.Getpid()}
+	me := peerInfo{Addr: net.JoinHostPort(e.opts.AdvertiseHost, strconv.Itoa(port)), Host: e.opts.HostID, PID: os.Getpid(), CPUs: affinityCPUs()}
 	b, _ := json.Marshal(me)
 	if err := st.Set(ctx, e.rankKey(e.cfg.Rank), b); err != nil {
 		return nil, fmt.Errorf("cpu: publishing rank %d address: %w", e.cfg.Rank, err)
@@ -104,6 +106,23 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 		if _, err := useShm(r); err != nil {
 			return nil, err
 		}
+	}
+	// A group whose every rank is on this host over shm gets a group
+	// segment (shm_group.go), which group rank 0 creates and hands to
+	// every rank in the handshake. Every rank decides alike from infos.
+	flat := e.opts.FlatThreshold > 0 && e.cfg.Size <= maxFlatRanks && e.opts.Transport != TransportTCP
+	masks := make([][]int, e.cfg.Size)
+	for r := range e.cfg.Size {
+		flat = flat && infos[r].Host == e.opts.HostID
+		masks[r] = infos[r].CPUs
+	}
+	if flat && e.cfg.Rank == 0 {
+		g, err := createGroupShm(e.opts.ShmDir, e.cfg.Size, e.opts.FlatThreshold)
+		if err != nil {
+			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("creating the group shm segment: %w", err)}
+		}
+		e.grp = g
+		defer g.unlink() // every peer mapped it once connect returns
 	}
 
 	acc := make(chan accepted, e.cfg.Size)
@@ -148,7 +167,35 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 			}
 		}
 	}
+	if flat {
+		if e.grp == nil {
+			e.closeLinks(links)
+			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: 0, Err: errors.New("rendezvous: rank 0 sent no group shm segment")}
+		}
+		e.grp.spin = spinBudget(e.cfg.Size, masks)
+		if e.grp.spin == 0 {
+			e.grp.yield = spinFor
+		}
+		if e.ctl.yieldOS {
+			e.attachGroup()
+		}
+	}
 	return links, nil
+}
+
+// attachGroup makes the group segment the doorbell of every wait
+// (shm_group.go) once the links are up, when the group spans processes.
+// A group whose ranks are all goroutines of this process (tests, the
+// inmem transport) keeps the backoff of link.go, which yields to the Go
+// scheduler: a thread blocked in FUTEX_WAIT keeps its P until sysmon
+// takes it back (20 µs to 10 ms), while the peer it waits for may be a
+// goroutine queued on that very P.
+func (e *Engine) attachGroup() {
+	e.grp.futex = true
+	e.ctl.grp.Store(e.grp)
+	for _, s := range e.ctl.pumps {
+		s.grp = e.grp
+	}
 }
 
 func (e *Engine) closeLinks(links []link) {
@@ -237,9 +284,25 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (l
 	if _, err := io.ReadFull(conn, name); err != nil {
 		return fail(err)
 	}
+	var gl [2]byte
+	if _, err := io.ReadFull(conn, gl[:]); err != nil {
+		return fail(err)
+	}
+	gname := make([]byte, le.Uint16(gl[:]))
+	if _, err := io.ReadFull(conn, gname); err != nil {
+		return fail(err)
+	}
 	var s *shmLink
 	if len(name) > 0 {
 		s, err = openShm(string(name), e.opts.ShmRingBytes, false)
+		if err == nil && len(gname) > 0 && r == 0 {
+			var g *shmGroup
+			if g, err = openGroupShm(string(gname), e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank); err == nil {
+				e.grp = g
+			} else {
+				s.unmap()
+			}
+		}
 		ack := []byte{statusOK}
 		if err != nil {
 			ack[0] = 0
@@ -368,10 +431,17 @@ func (e *Engine) serverHandshake(c net.Conn, secret []byte, useShm func(int) (bo
 		}
 		name = s.path
 	}
-	st := make([]byte, 3+len(name))
+	// The group segment's name follows (rank 0 only; else empty).
+	var gname string
+	if s != nil && e.cfg.Rank == 0 && e.grp != nil {
+		gname = e.grp.path
+	}
+	st := make([]byte, 3+len(name)+2+len(gname))
 	st[0] = statusOK
 	le.PutUint16(st[1:], uint16(len(name)))
 	copy(st[3:], name)
+	le.PutUint16(st[3+len(name):], uint16(len(gname)))
+	copy(st[5+len(name):], gname)
 	if _, err := c.Write(st); err != nil {
 		if s != nil {
 			s.unlink()

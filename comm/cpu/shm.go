@@ -76,6 +76,11 @@ type shmLink struct {
 	copier slotCopier // how whole slots are copied into tx (progress goroutine only)
 	werr   error      // the peer died while we had sends queued
 
+	// grp is the group segment, or nil: with it the peer sleeps on its
+	// bell there, and nudge rings it instead of writing to the control
+	// connection.
+	grp *shmGroup
+
 	unmapOnce sync.Once
 }
 
@@ -167,6 +172,10 @@ func ringsOver(mem []byte, ringBytes int, creator bool) *shmLink {
 
 // nudge wakes the peer if it sleeps on its rings (after a counter moved).
 func (s *shmLink) nudge() {
+	if s.grp != nil {
+		s.grp.wake(s.peer)
+		return
+	}
 	if s.peerSleep.Load() != 0 && s.peerSleep.CompareAndSwap(1, 0) {
 		s.ctrl.wakePeer()
 	}

@@ -37,6 +37,13 @@
 //	--transport   auto | shm | tcp: the CPU engine's transport, passed to
 //	              ranktree.Init as RANKTREE_TRANSPORT (default: that variable, else auto)
 //	--json        print JSON lines instead of the table
+//	--late-rank   late-arrival mode: this rank launches each timed iteration
+//	              --late-us (default 5000) late; rank 0 prints, per size, the
+//	              waiting ranks' process CPU while they wait (% of one core,
+//	              median and max over iterations) and the time from the late
+//	              rank's launch to the last waiting rank's return (wake_us,
+//	              median, min, max): what waiting costs a training step
+//	              whose ranks skew by milliseconds (issue 15)
 //
 // Exit status: 0 on success, 2 for bad flags, 1 for any failure (printed on
 // stderr with the rank).
@@ -97,9 +104,26 @@ func run(ctx context.Context, o bench.Options, stdout io.Writer) (err error) {
 		}
 		fmt.Fprintf(stdout, "# ranktree allreduce-bench: %v on %d ranks, dtype %v, redop %s, transport %s, iters %d, warmup %d\n",
 			o.Config.Collective, pg.Size(), o.Config.DType, redop, o.Transport, o.Config.Iters, o.Config.Warmup)
-		fmt.Fprint(stdout, bench.FormatHeader())
+		if o.Late == nil {
+			fmt.Fprint(stdout, bench.FormatHeader())
+		}
 	}
 	enc := json.NewEncoder(stdout)
+	if o.Late != nil {
+		if lead && !o.JSON {
+			fmt.Fprint(stdout, bench.FormatLateHeader())
+		}
+		return bench.RunLate(ctx, pg, o.Config, *o.Late, func(r bench.LateResult) error {
+			if !lead {
+				return nil
+			}
+			if o.JSON {
+				return enc.Encode(r)
+			}
+			_, err := fmt.Fprint(stdout, bench.FormatLateRow(r))
+			return err
+		})
+	}
 	return bench.Run(ctx, pg, o.Config, func(r bench.Result) error {
 		if !lead {
 			return nil

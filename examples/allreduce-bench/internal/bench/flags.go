@@ -14,6 +14,8 @@ type Options struct {
 	Config    Config // what to measure
 	Transport string // "auto", "shm" or "tcp": the CPU engine's transport
 	JSON      bool   // print JSON lines instead of the table
+	// Late is the late-arrival mode (--late-rank, --late-us), or nil.
+	Late *Late
 }
 
 // ParseArgs parses the command line (without the program name).
@@ -37,6 +39,8 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	}
 	transport := fs.String("transport", defaultTransport, "CPU engine transport: auto | shm | tcp")
 	asJSON := fs.Bool("json", false, "print one JSON object per size instead of the table")
+	lateRank := fs.Int("late-rank", -1, "late-arrival mode: this rank launches every timed iteration --late-us late; reports the waiting ranks' CPU use and wake latency (see RunLate)")
+	lateUs := fs.Int("late-us", 5000, "with --late-rank: the delay in µs")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
 	}
@@ -87,5 +91,11 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 		return Options{}, fmt.Errorf("--transport %q: want auto, shm or tcp", *transport)
 	}
 	o.JSON = *asJSON
+	if *lateRank >= 0 {
+		if *lateUs <= 0 {
+			return Options{}, fmt.Errorf("--late-us %d must be positive", *lateUs)
+		}
+		o.Late = &Late{Rank: *lateRank, Delay: time.Duration(*lateUs) * time.Microsecond}
+	}
 	return o, nil
 }

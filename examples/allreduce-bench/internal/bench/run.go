@@ -160,26 +160,7 @@ func Run(ctx context.Context, g Group, cfg Config, emit func(Result) error) erro
 // measure runs one size and returns its Result.
 func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, error) {
 	n, dt := g.Size(), cfg.DType
-	geo := cfg.Collective.Layout(size, dt.Size(), n)
-	in := comm.NewHostBuffer(dt, geo.InCount)
-	var out comm.Buffer
-	if geo.OutCount > 0 {
-		out = comm.NewHostBuffer(dt, geo.OutCount)
-	}
-	launch := func() *comm.Work {
-		switch cfg.Collective {
-		case AllReduce:
-			return g.AllReduce(ctx, in, cfg.Op)
-		case AllGather:
-			return g.AllGatherInto(ctx, out, in)
-		case Broadcast:
-			return g.Broadcast(ctx, in, cfg.Root)
-		case ReduceScatter:
-			return g.ReduceScatterTensor(ctx, out, in, cfg.Op)
-		default:
-			return g.AllToAllSingle(ctx, out, in, nil, nil)
-		}
-	}
+	geo, launch := launcher(ctx, g, cfg, size)
 	for i := 0; i < cfg.Warmup; i++ {
 		if err := launch().Wait(ctx); err != nil {
 			return Result{}, fmt.Errorf("warm-up iteration %d: %w", i, err)
@@ -218,6 +199,31 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 	r.MeanUs, r.P50Us, r.P90Us = Summarize(times)
 	r.Placement = NewPlacement(cpus, n, cfg.Iters)
 	return r, nil
+}
+
+// launcher allocates the buffers of one size and returns their geometry
+// and a function that launches the collective on them.
+func launcher(ctx context.Context, g Group, cfg *Config, size int64) (Geometry, func() *comm.Work) {
+	geo := cfg.Collective.Layout(size, cfg.DType.Size(), g.Size())
+	in := comm.NewHostBuffer(cfg.DType, geo.InCount)
+	var out comm.Buffer
+	if geo.OutCount > 0 {
+		out = comm.NewHostBuffer(cfg.DType, geo.OutCount)
+	}
+	return geo, func() *comm.Work {
+		switch cfg.Collective {
+		case AllReduce:
+			return g.AllReduce(ctx, in, cfg.Op)
+		case AllGather:
+			return g.AllGatherInto(ctx, out, in)
+		case Broadcast:
+			return g.Broadcast(ctx, in, cfg.Root)
+		case ReduceScatter:
+			return g.ReduceScatterTensor(ctx, out, in, cfg.Op)
+		default:
+			return g.AllToAllSingle(ctx, out, in, nil, nil)
+		}
+	}
 }
 
 // warmFor issues batches of 100 4-byte float32 sum allreduces until every

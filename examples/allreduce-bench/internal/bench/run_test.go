@@ -23,6 +23,7 @@ type fakeGroup struct {
 	failAt     int // 1-based call index to fail; 0: never
 	failErr    error
 	onFlag     func([]float32) // plays the peers in the warm-up agreement
+	onInt64    func([]int64)   // plays the peers in RunLate's row exchange
 }
 
 func (f *fakeGroup) record(name string, bufs string) *comm.Work {
@@ -51,6 +52,10 @@ func (f *fakeGroup) AllReduce(_ context.Context, buf comm.Buffer, red comm.Reduc
 			ts[i] = max(ts[i], f.peerTimes[i])
 		}
 		return f.record("times", buf.String())
+	}
+	if buf.DType() == comm.Int64 && f.onInt64 != nil {
+		xs, _ := comm.AsSlice[int64](buf)
+		f.onInt64(xs)
 	}
 	return f.record("allreduce:"+red.String(), buf.String())
 }

@@ -1,0 +1,234 @@
+package cpu
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Slots is what a one-step shared-memory algorithm sees of the group (the
+// counterpart of Mesh for Open MPI's coll/sm and MPICH's release-gather):
+// one slot per rank in the group segment (shm_group.go), written by its
+// rank and read in place by every other. Each one-step op publishes every
+// rank's slot, even one with nothing to contribute (a broadcast's
+// non-roots publish an empty one), and every rank reads every slot's
+// header: so every rank checks every other rank's fingerprint, and the op
+// needs no separate agreement step (agree.go). Methods are called from
+// one goroutine.
+type Slots interface {
+	// Rank and Size are this member's group rank and the group size.
+	Rank() int
+	Size() int
+	// Publish copies payload (at most Options.FlatThreshold bytes) with
+	// the current op's header into this rank's slot for the next one-step
+	// op and publishes it to every peer.
+	Publish(payload []byte) error
+	// Slot waits until rank p published its slot of the current op,
+	// checks its header against this rank's op (fingerprint, and a
+	// payload of n bytes) and returns the payload, which stays valid and
+	// unchanged until Done. Slot(Rank(), n) is this rank's own.
+	Slot(p, n int) ([]byte, error)
+	// Done tells the peers that this rank has read every slot of the
+	// current op (its slots may be reused for op k+2).
+	Done()
+	// Reduce combines src into dst with the op's reduction (dst = op(dst, src)).
+	Reduce(dst, src []byte) error
+}
+
+// flatStep is the step number written in slot headers.
+const flatStep = 1 << 23
+
+// Publish implements Slots. Op k uses slot k%2, which op k-2 used last:
+// every peer must have finished reading that (acknowledged k-2) first.
+// Every peer has done so in the flat-only sequence of ops (it published
+// op k-1, which this rank read, only after it acknowledged k-2), so the
+// wait below is a safety check that does not wait in practice.
+func (m *mesh) Publish(payload []byte) error {
+	g := m.grp
+	if len(payload) > g.slotBytes {
+		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,
+			Msg: fmt.Sprintf("internal error: %d bytes for a %d-byte shm slot", len(payload), g.slotBytes)}
+	}
+	k := g.k + 1
+	if k > 2 {
+		for p := range g.size {
+			if p != m.rank {
+				if err := m.flatWait(g.r[p].ack, k-2); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	me := &g.r[m.rank]
+	slot := me.slot[k%2]
+	m.fh = header{Kind: kindColl, Sender: m.rank, FP: m.cur.fp, Step: flatStep, Len: uint64(len(payload))}
+	m.fh.encode(slot[:headerSize])
+	copy(slot[headerSize:], payload)
+	g.k = k
+	me.seq.Store(k)
+	// The peers wait for every slot (Slot(0) waits for all): only the
+	// last rank to publish wakes them, so that a waiter sleeps and wakes
+	// once per op, not once per peer. That rank sees every seq at k; a
+	// waiter that raised its sleeping flag after this check sees every
+	// seq too (sequentially consistent atomics), so none is missed.
+	if m.allPublished(k) {
+		m.wakePeers()
+	}
+	return nil
+}
+
+// allPublished reports whether every rank published one-step op k.
+func (m *mesh) allPublished(k uint64) bool {
+	for p := range m.grp.size {
+		if m.grp.r[p].seq.Load() < k {
+			return false
+		}
+	}
+	return true
+}
+
+// Slot implements Slots.
+func (m *mesh) Slot(p, n int) ([]byte, error) {
+	g := m.grp
+	f := &g.r[p]
+	slot := f.slot[g.k%2]
+	if p == m.rank {
+		return slot[headerSize : headerSize+n], nil
+	}
+	if m.fall != g.k {
+		// The op's first peer slot: wait for every rank's.
+		if err := m.flatWait(nil, g.k); err != nil {
+			return nil, err
+		}
+		m.fall = g.k
+	}
+	h, err := decodeHeader(slot[:headerSize])
+	if err != nil {
+		return nil, &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp, Msg: fmt.Sprintf("shm slot of rank %d: %v", p, err)}
+	}
+	if err := m.checkColl(p, flatStep, n, h); err != nil {
+		return nil, err
+	}
+	return slot[headerSize : headerSize+n], nil
+}
+
+// Done implements Slots. It wakes nobody: a rank waits for acks only as
+// a safety check that does not wait in practice (Publish), and such a
+// wait re-checks every futexSlice.
+func (m *mesh) Done() {
+	m.grp.r[m.rank].ack.Store(m.grp.k)
+}
+
+// wakePeers wakes the peers that sleep waiting (for a slot, an ack or a
+// message): on their bells (shm_group.go), or through the pair links.
+func (m *mesh) wakePeers() {
+	if m.grp.futex {
+		m.grp.wakePeers()
+		return
+	}
+	for _, s := range m.ctl.pumps {
+		s.nudge()
+	}
+}
+
+// flatWait waits until *w reaches target (w nil: every rank's seq), under the wait policy of
+// shm_group.go. Meanwhile it watches for what would make the wait endless:
+// the engine stopped, a recorded failure (a peer's notice), a dead peer,
+// and a peer that sent a message of a message-based op at or before this
+// op's seq (it launched something else: a mismatch, checkPeerMsgs).
+func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
+	if m.reached(w, target) {
+		return nil
+	}
+	var b backoff
+	for {
+		// What it waits for first, failures after, as the links read
+		// data before they report a dead peer: a peer that published its
+		// slot and then closed the group (it finished this op) does not
+		// fail it.
+		if m.reached(w, target) {
+			b.reset()
+			return nil
+		}
+		if err := m.fatal(); err != nil {
+			b.reset()
+			return err
+		}
+		if err := m.checkPeerMsgs(); err != nil {
+			b.reset()
+			return err
+		}
+		if err := b.pause(m.ctl); err != nil {
+			b.reset()
+			return err
+		}
+	}
+}
+
+func (m *mesh) reached(w *atomic.Uint64, target uint64) bool {
+	if w == nil {
+		return m.allPublished(target)
+	}
+	return w.Load() >= target
+}
+
+// checkPeerMsgs polls every link while a one-step op waits. A message of
+// a collective at or before the current seq means that its sender runs a
+// message-based op where this rank runs a one-step one: the ranks
+// launched different ops (the choice between the two is a function of the
+// fingerprint alone), so it is a mismatch. A message of a later seq is
+// left for the op it belongs to (its sender finished this op already); a
+// point-to-point message is stashed for its Recv, as recvColl does.
+func (m *mesh) checkPeerMsgs() error {
+	for q, l := range m.links {
+		if l == nil {
+			continue
+		}
+		h, ok, err := l.poll()
+		if err != nil {
+			return m.transportErr(q, err)
+		}
+		if !ok {
+			continue
+		}
+		if h.Kind == kindP2P {
+			if err := m.stashMsg(q, h); err != nil {
+				return err
+			}
+			continue
+		}
+		if h.Kind == kindColl && h.FP.Seq <= m.cur.fp.Seq {
+			return m.mismatch(q, h, fmt.Sprintf("rank %d sent a message (%s) where rank %d expected a shared-memory slot",
+				q, stepName(int(h.Step)), m.rank))
+		}
+	}
+	return nil
+}
+
+// checkPeerSlots is recvColl's counterpart of checkPeerMsgs: while a
+// message-based op waits, a peer that published a slot of a one-step op
+// this rank has not run, at or before the current seq, launched something
+// else (a mismatch).
+func (m *mesh) checkPeerSlots() error {
+	g := m.grp
+	for q := range g.size {
+		if q == m.rank {
+			continue
+		}
+		s := g.r[q].seq.Load()
+		if s <= g.k {
+			continue
+		}
+		// Slot s%2 stays as rank q wrote it until this rank acknowledges
+		// op s, which it has not run.
+		h, err := decodeHeader(g.r[q].slot[s%2][:headerSize])
+		if err != nil {
+			return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp, Msg: fmt.Sprintf("shm slot of rank %d: %v", q, err)}
+		}
+		if h.FP.Seq <= m.cur.fp.Seq {
+			return m.mismatch(q, h, fmt.Sprintf("rank %d published a shared-memory slot where rank %d expected a message", q, m.rank))
+		}
+	}
+	return nil
+}

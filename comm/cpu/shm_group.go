@@ -1,0 +1,333 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The group segment: one shared-memory file per group of 2..maxFlatRanks
+// ranks that all live on one host (every link shm), created by group rank
+// 0 at rendezvous, mapped by every member (MAP_POPULATE: pre-faulted) and
+// unlinked once all did. It holds, per rank, the slots of the one-step
+// ("flat") algorithms (allreduce_flat.go) and the doorbell its waits sleep
+// on. Layout:
+//
+//	0     magic u64 | 8 ranks u64 | 16 slot bytes u64        (one page)
+//	4096  rank 0's block, then rank 1's, ... (grpBlockBytes each)
+//
+// A rank's block (offsets within it; each word on its own 128-byte pair of
+// cache lines, so that no two writers share a line):
+//
+//	0    seq  u64  flat ops this rank has published (written by the rank)
+//	128  ack  u64  flat ops this rank has finished reading (by the rank)
+//	256  bell u32  futex word: bumped by whoever wakes the rank
+//	384  sleeping u32  set by the rank while it may block on bell
+//	512  slot 0: 64-byte header (the op's fingerprint) + slot bytes
+//	     slot 1: the same; op k uses slot k%2 (double buffering)
+const (
+	grpMagic     = 0x52544752_50310000 // "RTGRP1"
+	grpHeadBytes = 4096
+	grpCtlBytes  = 512
+	// maxFlatRanks bounds the groups that get a group segment: every rank
+	// reads every other rank's slot, so the one-step algorithms cost
+	// (n-1)·|slot| reads per rank and stop paying off beyond a few ranks.
+	maxFlatRanks = 8
+)
+
+// grpBlockBytes is one rank's block for slots of slot bytes (whole pages).
+func grpBlockBytes(slot int) int { return (grpCtlBytes + 2*(headerSize+slot) + 4095) &^ 4095 }
+
+// grpBytes is the size of the group segment of n ranks.
+func grpBytes(n, slot int) int { return grpHeadBytes + n*grpBlockBytes(slot) }
+
+// flatRank is one rank's block of the group segment.
+type flatRank struct {
+	seq, ack       *atomic.Uint64
+	bell, sleeping *atomic.Uint32
+	slot           [2][]byte // header + payload
+}
+
+// shmGroup is this rank's view of the group segment. Only the progress
+// goroutine uses k and the slots; wake may be called from any goroutine.
+type shmGroup struct {
+	path       string
+	mem        []byte
+	rank, size int
+	slotBytes  int
+	r          []flatRank
+	// spin is how long a wait spins before it blocks on the rank's bell
+	// (0: never; see pace).
+	spin time.Duration
+	// yield is how long a wait yields the CPU (sched_yield) before it
+	// blocks when it may not spin (oversubscribed; 0: never).
+	yield time.Duration
+	// futex is set when the waits of this rank follow the policy below
+	// (the group spans processes, Engine.attachGroup); otherwise they use
+	// link.go's backoff and wake through the pair links.
+	futex bool
+	// k is the number of flat ops this rank has published.
+	k uint64
+	// release gives Go memory back to its InmemHub (inmem transport).
+	release func()
+
+	// mu guards the mapping against wakeSelf from other goroutines (tcp
+	// readers poking after a notice) once release unmaps it.
+	mu       sync.RWMutex
+	unmapped bool
+}
+
+// groupOver lays the group segment of n ranks with slots of slot bytes
+// over mem, as seen by rank.
+func groupOver(mem []byte, n, slot, rank int) *shmGroup {
+	g := &shmGroup{mem: mem, rank: rank, size: n, slotBytes: slot, r: make([]flatRank, n)}
+	bb := grpBlockBytes(slot)
+	for p := range n {
+		b := grpHeadBytes + p*bb
+		u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[b+off])) }
+		u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[b+off])) }
+		s0 := b + grpCtlBytes
+		s1 := s0 + headerSize + slot
+		g.r[p] = flatRank{seq: u64(0), ack: u64(128), bell: u32(256), sleeping: u32(384),
+			slot: [2][]byte{mem[s0 : s0+headerSize+slot : s0+headerSize+slot], mem[s1 : s1+headerSize+slot : s1+headerSize+slot]}}
+	}
+	return g
+}
+
+// createGroupShm creates, maps and stamps the group segment (group rank 0).
+func createGroupShm(dir string, n, slot int) (*shmGroup, error) {
+	path := filepath.Join(dir, fmt.Sprintf("ranktree-%d-%s-grp", os.Getpid(), randomName()))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	size := grpBytes(n, slot)
+	if err := f.Truncate(int64(size)); err != nil {
+		_ = os.Remove(path)
+		return nil, err
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("mmap %s: %w", path, err)
+	}
+	le := binary.LittleEndian
+	le.PutUint64(mem[8:], uint64(n))
+	le.PutUint64(mem[16:], uint64(slot))
+	(*atomic.Uint64)(unsafe.Pointer(&mem[0])).Store(grpMagic)
+	g := groupOver(mem, n, slot, 0)
+	g.path = path
+	return g, nil
+}
+
+// openGroupShm maps the group segment rank 0 created and checks that it
+// was made for n ranks and slots of slot bytes.
+func openGroupShm(path string, n, slot, rank int) (*shmGroup, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := grpBytes(n, slot)
+	if st.Size() != int64(size) {
+		return nil, fmt.Errorf("group shm segment %s has %d bytes, want %d (ranks disagree on FlatThreshold?)", path, st.Size(), size)
+	}
+	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %s: %w", path, err)
+	}
+	le := binary.LittleEndian
+	if (*atomic.Uint64)(unsafe.Pointer(&mem[0])).Load() != grpMagic || le.Uint64(mem[8:]) != uint64(n) || le.Uint64(mem[16:]) != uint64(slot) {
+		_ = syscall.Munmap(mem)
+		return nil, fmt.Errorf("group shm segment %s was made for %d ranks and %d-byte slots, want %d and %d",
+			path, le.Uint64(mem[8:]), le.Uint64(mem[16:]), n, slot)
+	}
+	g := groupOver(mem, n, slot, rank)
+	g.path = path
+	return g, nil
+}
+
+func (g *shmGroup) unlink() { _ = os.Remove(g.path) }
+
+func (g *shmGroup) unmap() {
+	if g.path == "" {
+		if g.release != nil {
+			g.release() // Go memory (inmem transport)
+		}
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.unmapped {
+		g.unmapped = true
+		_ = syscall.Munmap(g.mem)
+	}
+}
+
+// wakeSelf rings this rank's own bell if it sleeps (ctl.poke: a notice
+// arrived, a connection broke, the engine stopped). Safe from any
+// goroutine, also after unmap.
+func (g *shmGroup) wakeSelf() {
+	g.mu.RLock()
+	if !g.unmapped {
+		g.wake(g.rank)
+	}
+	g.mu.RUnlock()
+}
+
+// wake rings rank p's bell if p sleeps on it (or is about to): after
+// whatever p may wait for changed (a slot or ack published, a ring counter
+// moved, a notice arrived, the engine stopped). Safe from any goroutine.
+func (g *shmGroup) wake(p int) {
+	f := &g.r[p]
+	if f.sleeping.Load() != 0 && f.sleeping.CompareAndSwap(1, 0) {
+		f.bell.Add(1)
+		futexWake(f.bell)
+	}
+}
+
+// wakePeers rings the bell of every other rank that sleeps.
+func (g *shmGroup) wakePeers() {
+	for p := range g.size {
+		if p != g.rank {
+			g.wake(p)
+		}
+	}
+}
+
+// The wait policy. A rank waiting for a peer (a slot, a ring counter)
+// spins for at most spinFor of wall-clock time, then blocks in the kernel
+// on its bell (FUTEX_WAIT on a word of the group segment) until the peer
+// that publishes what it waits for rings the bell (FUTEX_WAKE), for at
+// most futexSlice at a time. CPU time a waiting rank burns is taken from
+// the training step's compute on that core (the data loader, the
+// optimizer, the other framework threads), so the spin is short and
+// bounded in time, not in iterations whose length depends on the machine:
+// a rank that waits 5 ms for a late peer spins 50 µs of it and sleeps the
+// rest. It does not spin when the group's ranks outnumber the CPUs they
+// may run on together (their affinity masks, published at rendezvous): a
+// spinning rank would then hold the CPU the peer needs to arrive. It
+// yields the CPU instead (sched_yield), for at most the same 50 µs, which
+// runs the peer at once when it waits on the same CPU: on 2 cores with 3
+// ranks, going straight to the futex measured 2-4x slower (median 100-160
+// µs against 25-55 µs per small allreduce, issue 15's notes), because
+// every wait then paid a sleep and a wake-up through the scheduler. Each
+// futexSlice the waiter wakes up on its own and re-checks that the engine
+// was not aborted, that no peer died or sent a failure notice, so
+// failures are noticed within about a millisecond even if nobody rings.
+const (
+	spinFor    = 50 * time.Microsecond
+	futexSlice = time.Millisecond
+)
+
+// pace is the state of one wait (the zero value starts one).
+type pace struct {
+	start time.Time
+	armed *atomic.Uint32 // the sleeping flag raised, or nil
+	bell  uint32         // bell value read when arming
+}
+
+// pause waits a little for a condition the caller re-checks after each
+// call: first spinning (returning at once) for g.spin, then raising the
+// sleeping flag (returning at once, so the caller checks once more: a
+// peer that published before it saw the flag is not missed), then
+// blocking on the bell for at most futexSlice. It returns errStopped once
+// c is stopped.
+func (g *shmGroup) pause(p *pace, c *ctl) error {
+	if c.stopped.Load() {
+		return errStopped
+	}
+	f := &g.r[g.rank]
+	if p.armed == nil {
+		if g.spin > 0 {
+			if p.start.IsZero() {
+				p.start = time.Now()
+				return nil
+			}
+			if time.Since(p.start) < g.spin {
+				// Let this process's other goroutines run (another
+				// rank's progress goroutine, in one process).
+				runtime.Gosched()
+				return nil
+			}
+		} else if g.yield > 0 {
+			if p.start.IsZero() {
+				p.start = time.Now()
+			}
+			if time.Since(p.start) < g.yield {
+				// Oversubscribed: hand the CPU to whoever waits for it
+				// (likely the peer this rank waits for).
+				runtime.Gosched()
+				osYield()
+				return nil
+			}
+		}
+		p.bell = f.bell.Load()
+		f.sleeping.Store(1)
+		p.armed = f.sleeping
+		return nil
+	}
+	futexWait(f.bell, p.bell, futexSlice)
+	p.armed.Store(0)
+	p.armed = nil
+	return nil
+}
+
+// settle ends a wait: it lowers the sleeping flag if pause raised it, so
+// that peers stop ringing.
+func (p *pace) settle() {
+	if p.armed != nil {
+		p.armed.Store(0)
+		p.armed = nil
+	}
+	p.start = time.Time{}
+}
+
+// affinityCPUs lists the CPUs this thread may run on (sched_getaffinity),
+// or nil if unknown.
+func affinityCPUs() []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	var cpus []int
+	for i := range len(set) * 64 {
+		if set.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	return cpus
+}
+
+// spinBudget is how long a rank of a group of n spins before it sleeps,
+// given the CPUs each rank may run on: 0 when the ranks outnumber the
+// CPUs of the union of their affinity masks, or when a mask is unknown.
+func spinBudget(n int, masks [][]int) time.Duration {
+	seen := map[int]bool{}
+	for _, m := range masks {
+		if len(m) == 0 {
+			return 0
+		}
+		for _, c := range m {
+			seen[c] = true
+		}
+	}
+	if n > len(seen) || n > runtime.GOMAXPROCS(0)*len(masks) {
+		return 0
+	}
+	return spinFor
+}

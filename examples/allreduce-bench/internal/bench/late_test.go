@@ -1,0 +1,56 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRunLate: rank 0 waits for rank 1, which launches late. The fake
+// clock moves 100 µs per reading and the fake CPU clock 5 µs, so rank 0's
+// wait is 100 µs wall for 5 µs CPU (5%); rank 1's row says it launched
+// 40 µs before rank 0's Wait returned.
+func TestRunLate(t *testing.T) {
+	base := time.Unix(1000, 0)
+	clock := base
+	cpu := time.Duration(0)
+	var lastEnd int64
+	g := &fakeGroup{rank: 0, size: 2}
+	g.onInt64 = func(rows []int64) {
+		lastEnd = rows[1]
+		rows[3], rows[4], rows[5] = lastEnd-40_000, lastEnd-30_000, 999_000
+	}
+	cfg := Config{Collective: AllReduce, Sizes: []int64{64}, Iters: 3, WarmupBytes: -1, WarmupTime: -1,
+		Now: func() time.Time { clock = clock.Add(100 * time.Microsecond); return clock }}
+	late := Late{Rank: 1, Delay: 5 * time.Millisecond, CPUTime: func() time.Duration { cpu += 5 * time.Microsecond; return cpu }}
+	var got []LateResult
+	if err := RunLate(context.Background(), g, cfg, late, func(r LateResult) error { got = append(got, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d results", len(got))
+	}
+	r := got[0]
+	if r.Bytes != 64 || r.Count != 16 || r.LateRank != 1 || r.LateUs != 5000 {
+		t.Fatalf("result %+v", r)
+	}
+	if math.Abs(r.WaitCPUPct-5) > 1e-9 || math.Abs(r.WaitCPUPctMax-5) > 1e-9 {
+		t.Fatalf("wait CPU %v%% (max %v%%), want 5%%", r.WaitCPUPct, r.WaitCPUPctMax)
+	}
+	if r.WakeUs != 40 || r.WakeUsMin != 40 || r.WakeUsMax != 40 {
+		t.Fatalf("wake %v (%v..%v) µs, want 40", r.WakeUs, r.WakeUsMin, r.WakeUsMax)
+	}
+	if r.LagUs != 30 {
+		t.Fatalf("lag %v µs, want 30 (rank 1 returned 10 µs after it launched)", r.LagUs)
+	}
+	if row := FormatLateRow(r); !strings.Contains(row, "5.00") || !strings.Contains(row, "40.00") {
+		t.Fatalf("row %q", row)
+	}
+	for _, bad := range []Late{{Rank: 2, Delay: time.Millisecond}, {Rank: 1}} {
+		if err := RunLate(context.Background(), g, cfg, bad, func(LateResult) error { return nil }); err == nil {
+			t.Fatalf("RunLate(%+v) accepted", bad)
+		}
+	}
+}
