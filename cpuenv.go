@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/ranktree/ranktree/comm/cpu"
@@ -32,7 +31,8 @@ const (
 	EnvHostID = "RANKTREE_HOST_ID"
 )
 
-// cpuOptions builds the CPU engine's options from the environment:
+// cpuOptions builds the CPU engine's options from the parsed environment
+// (c.env.CPU):
 // RANKTREE_TRANSPORT, then the listener's placement. An advertised host
 // alone makes the engine listen on every interface (unless it is a loopback
 // address). Without
@@ -43,26 +43,27 @@ const (
 // the job is known to reach (127.0.0.1 when that server is local, as in a
 // multi-node job simulated on one host). Bad values give an *EnvError.
 func cpuOptions(c *config) (cpu.Options, error) {
-	o := cpu.Options{Transport: os.Getenv(EnvTransport), HostID: os.Getenv(EnvHostID)}
-	if name := os.Getenv(EnvSocketIfname); name != "" {
+	e := c.env.CPU
+	o := cpu.Options{Transport: e.Transport, HostID: e.HostID}
+	if name := e.SocketIfname; name != "" {
 		addr, err := interfaceAddr(name)
 		if err != nil {
 			return o, &EnvError{Var: EnvSocketIfname, Value: name, Msg: err.Error()}
 		}
 		o.ListenHost, o.AdvertiseHost = addr, addr
 	}
-	if h := os.Getenv(EnvListenHost); h != "" {
+	if h := e.ListenHost; h != "" {
 		if net.ParseIP(h) == nil {
 			if _, err := net.LookupHost(h); err != nil {
 				return o, &EnvError{Var: EnvListenHost, Value: h, Msg: "not an IP address or a resolvable host name"}
 			}
 		}
 		o.ListenHost = h
-		if os.Getenv(EnvSocketIfname) == "" {
+		if e.SocketIfname == "" {
 			o.AdvertiseHost = "" // the engine's default: ListenHost, or the hostname for a wildcard
 		}
 	}
-	if h := os.Getenv(EnvAdvertiseHost); h != "" {
+	if h := e.AdvertiseHost; h != "" {
 		o.AdvertiseHost = h
 	}
 	if o.ListenHost == "" && o.AdvertiseHost != "" {

@@ -59,10 +59,9 @@ func TestCPUOptionsFromEnv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost, EnvTransport, EnvHostID} {
-				t.Setenv(v, tc.env[v])
-			}
-			o, err := cpuOptions(tc.c)
+			c := *tc.c
+			c.env = envFrom(t, tc.env)
+			o, err := cpuOptions(&c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,11 +83,7 @@ func TestCPUOptionsEnvErrors(t *testing.T) {
 		{EnvListenHost, "bad host name!", "not an IP address or a resolvable host name"},
 	} {
 		t.Run(tc.v, func(t *testing.T) {
-			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost} {
-				t.Setenv(v, "")
-			}
-			t.Setenv(tc.v, tc.val)
-			_, err := cpuOptions(&config{worldSize: 1, localWorldSize: 1})
+			_, err := cpuOptions(&config{worldSize: 1, localWorldSize: 1, env: envFrom(t, map[string]string{tc.v: tc.val})})
 			var ee *EnvError
 			if !errors.As(err, &ee) || ee.Var != tc.v || !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %v, want an EnvError for %s containing %q", err, tc.v, tc.msg)
@@ -114,7 +109,7 @@ func TestInitListenEnv(t *testing.T) {
 	for r := range n {
 		go func() {
 			rt, err := Init(context.Background(), quiet(), WithStore(ms), WithRank(r), WithWorldSize(n),
-				WithLocalRank(r), WithLocalWorldSize(n), WithGroupRank(0))
+				WithLocalRank(r), WithLocalWorldSize(n), WithNodeRank(0))
 			if err != nil {
 				errs <- err
 				return

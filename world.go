@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,7 +202,7 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 	g := &r.grp
 	g.factory, g.device = c.backend, -1
 	if g.factory == nil {
-		switch b := os.Getenv(EnvBackend); b {
+		switch b := c.env.Backend; b {
 		case "", "cpu":
 			o, err := cpuOptions(c)
 			if err != nil {
@@ -224,24 +223,13 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 	if c.deviceSet {
 		g.device = c.device
 	}
-	if s := os.Getenv(EnvFault); s != "" {
-		faults, err := comm.ParseFaults(s)
-		if err != nil {
-			return &EnvError{Var: EnvFault, Value: s, Msg: err.Error()}
-		}
-		g.faults = faults
-	}
+	g.faults = c.env.Faults
 	sup := c.sup
 	var err error
 	if p := c.supOpts.actorPanic; p != 0 {
 		// The option replaces RANKTREE_ACTOR_PANIC; the other variables
 		// still apply, and restart may change the error-handling default.
-		sup, err = supervisor.ConfigFromEnv(func(k string) string {
-			if k == supervisor.EnvActorPanic {
-				return p.String()
-			}
-			return os.Getenv(k)
-		})
+		sup, err = c.env.supervisionWith(supervisor.EnvActorPanic, p.String())
 		if err != nil {
 			return &OptionError{Option: fmt.Sprintf("WithActorPanic(%v)", p), Msg: err.Error()}
 		}
