@@ -3,13 +3,13 @@ package nccl
 import (
 	"fmt"
 	"math"
-	"os"
 	"unsafe"
 
 	"github.com/x448/float16"
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cuda"
+	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
 // validate checks that every buffer of op lives on the engine's device.
@@ -47,29 +47,11 @@ func (e *Engine) validate(op *comm.Op) error {
 	return nil
 }
 
-// injectFault honours cfg.Faults for this rank and op: hang (the op is
-// never launched and its Work waits for Abort), crash (exit 3), error.
+// injectFault honours cfg.Faults for this rank and op
+// (enginekit.InjectFault): hang (the op is never launched and its Work
+// waits for Abort), crash (exit 3), error.
 func (e *Engine) injectFault(op *comm.Op) (hang bool, err error) {
-	if len(e.cfg.Faults) == 0 || comm.UsesP2PSeq(op) {
-		return false, nil
-	}
-	g := e.globalRank(e.cfg.Rank)
-	for _, f := range e.cfg.Faults {
-		if !f.Matches(g, e.cfg.Group, op.FP.Seq) {
-			continue
-		}
-		e.log.Warn().Str("fault", f.Kind).Uint64("seq", f.Seq).Int("rank", g).Msg("injected fault")
-		switch f.Kind {
-		case comm.FaultHang:
-			return true, nil
-		case comm.FaultCrash:
-			fmt.Fprintf(os.Stderr, "ranktree: injected fault: crash at rank %d, %v\n", g, op.FP)
-			os.Exit(3)
-		case comm.FaultError:
-			return false, &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: op.FP, Msg: "injected fault (error)"}
-		}
-	}
-	return false, nil
+	return enginekit.InjectFault(e.cfg, "nccl", op, e.log)
 }
 
 // launch orders c's stream after the callers' streams, enqueues op and
@@ -277,10 +259,10 @@ func (l *launcher) op(op *comm.Op) error {
 		sc, rc := op.SendCounts, op.RecvCounts
 		sper, rper := 0, 0
 		if sc == nil {
-			sper = totalLen(op.In) / n
+			sper = enginekit.TotalLen(op.In) / n
 		}
 		if rc == nil {
-			rper = totalLen(op.Out) / n
+			rper = enginekit.TotalLen(op.Out) / n
 		}
 		return l.group(func() error {
 			for i := 0; i < n; i++ {
@@ -371,14 +353,6 @@ func (l *launcher) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int,
 		}
 		return nil
 	})
-}
-
-func totalLen(bufs []comm.Buffer) int {
-	t := 0
-	for _, b := range bufs {
-		t += b.Len()
-	}
-	return t
 }
 
 // dtype is the NCCL type of op's elements (from its first buffer).
