@@ -137,14 +137,13 @@ type groups struct {
 	stopWatch func()
 	watchCtx  context.Context
 
-	mu           sync.Mutex
-	closing      bool                              // Close began: no new groups
-	comms        []*supervisedLauncher             // live communicators, oldest first
-	current      map[string]*supervisedLauncher    // group name → its live communicator
-	epochs       map[string]uint32                 // group name → last epoch used
-	restarts     map[string]*restartCall           // CommID of a restarted epoch → its restart (restart.go)
-	abortSeen    map[string]supervisor.AbortRecord // CommID → abort seen in the store (restart policy)
-	autoRestarts map[string][]time.Time            // group name → its automatic restarts within AutoRestartWindow
+	mu       sync.Mutex
+	closing  bool                           // Close began: no new groups
+	comms    []*supervisedLauncher          // live communicators, oldest first
+	current  map[string]*supervisedLauncher // group name → its live communicator
+	epochs   map[string]uint32              // group name → last epoch used
+	restarts map[string]*restartCall        // CommID of a restarted epoch → its restart (restart.go)
+	restart  *restartCore                   // the restart policy's pure core (restart_core.go); nil without the policy
 }
 
 // supervisedLauncher is a group's communicator actor as the ProcessGroup
@@ -162,8 +161,7 @@ type supervisedLauncher struct {
 
 	// retired is set when a restart replaces this communicator: later
 	// Submits fail with it (an *AbortedError naming the restart).
-	retired  atomic.Pointer[comm.AbortedError]
-	autoOnce sync.Once // the restart policy restarts this epoch once
+	retired atomic.Pointer[comm.AbortedError]
 
 	last      atomic.Pointer[comm.Work] // the last Work submitted (teardown's grace waits for it)
 	closeOnce sync.Once
@@ -404,10 +402,13 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	l.pg = pg
 	g.mu.Lock()
 	closing := g.closing
-	rec, abortSeen := g.abortSeen[supervisor.CommID(spec.Name, epoch)]
+	var acts []restartAction
 	if !closing {
 		g.comms = append(g.comms, l)
 		g.current[spec.Name] = l
+		if g.restart != nil { // a peer may have aborted this epoch before it was ours
+			acts = g.restart.Step(groupCreated{Group: spec.Name, Epoch: epoch}, time.Now())
+		}
 	}
 	g.mu.Unlock()
 	if closing { // Close began while the engine connected
@@ -415,9 +416,7 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 		return nil, fmt.Errorf("ranktree: rank %d: creating group %q: %w: the runtime is closed", r.rank, spec.Name, comm.ErrClosed)
 	}
 	log.Debug().Str("engine", be.Name()).Ints("ranks", spec.GlobalRanks).Msg("process group created")
-	if abortSeen { // a peer aborted this epoch before it was ours (restart policy)
-		r.autoRestart(l, rec)
-	}
+	r.carryOut(acts)
 	return pg, nil
 }
 
