@@ -187,9 +187,11 @@ func (l *launcher) group(f func() error) error {
 
 func ptr(b comm.Buffer) cuda.DevicePtr { return cuda.DevicePtr(b.DevicePtr()) }
 
-// op enqueues one op (a Coalesced op as one NCCL group).
+// op enqueues one op (a Coalesced op as one NCCL group): it resolves the
+// NCCL data type and hands the op to the enqueue step of its kind.
 func (l *launcher) op(op *comm.Op) error {
-	if op.Type == comm.OpCoalesced {
+	switch op.Type {
+	case comm.OpCoalesced:
 		return l.group(func() error {
 			for _, ch := range op.Children {
 				if err := l.op(ch); err != nil {
@@ -198,123 +200,147 @@ func (l *launcher) op(op *comm.Op) error {
 			}
 			return nil
 		})
-	}
-	nc, h, s := l.e.nc, l.h, l.s
-	rank, n := l.e.cfg.Rank, l.e.cfg.Size
-	if op.Type == comm.OpBarrier {
+	case comm.OpBarrier:
 		// c10d's NCCL barrier: an allreduce of one element.
-		return l.done(nc.AllReduce(l.c.scratch, l.c.scratch, 1, Float32, Sum, h, s))
+		return l.done(l.e.nc.AllReduce(l.c.scratch, l.c.scratch, 1, Float32, Sum, l.h, l.s))
 	}
 	dt, err := l.dtype(op)
 	if err != nil {
 		return err
 	}
 	switch op.Type {
+	case comm.OpAllReduce, comm.OpReduce, comm.OpReduceScatter, comm.OpReduceScatterV:
+		return l.reduction(op, dt)
+	case comm.OpBroadcast, comm.OpAllGather, comm.OpAllGatherV:
+		return l.broadcastLike(op, dt)
+	case comm.OpAllToAll:
+		return l.allToAll(op, dt)
+	case comm.OpGather:
+		return l.gather(op, dt)
+	case comm.OpScatter:
+		return l.scatter(op, dt)
+	case comm.OpSend:
+		b := op.In[0]
+		return l.done(l.e.nc.Send(ptr(b), b.Len(), dt, op.Peer, l.h, l.s))
+	case comm.OpRecv:
+		b := op.Out[0]
+		return l.done(l.e.nc.Recv(ptr(b), b.Len(), dt, op.Peer, l.h, l.s))
+	}
+	return fmt.Errorf("%w: nccl engine: op %v", comm.ErrUnsupported, op.Type)
+}
+
+// reduction enqueues the ops that take a reduction: allreduce (in place),
+// reduce (into the root's buffer), reduce-scatter (one call for a single
+// input, else grouped reduces) and reduce-scatter-v.
+func (l *launcher) reduction(op *comm.Op, dt DataType) error {
+	red, err := l.redOp(op, dt)
+	if err != nil {
+		return err
+	}
+	nc, h, s := l.e.nc, l.h, l.s
+	switch op.Type {
 	case comm.OpAllReduce:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
 		b := op.In[0]
 		return l.done(nc.AllReduce(ptr(b), ptr(b), b.Len(), dt, red, h, s))
-	case comm.OpBroadcast:
-		b := op.In[0]
-		return l.done(nc.Broadcast(ptr(b), ptr(b), b.Len(), dt, op.Root, h, s))
 	case comm.OpReduce:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
 		b := op.In[0]
 		var recv cuda.DevicePtr
-		if rank == op.Root {
+		if l.e.cfg.Rank == op.Root {
 			recv = ptr(b)
 		}
 		return l.done(nc.Reduce(ptr(b), recv, b.Len(), dt, red, op.Root, h, s))
-	case comm.OpAllGather:
-		c := op.In[0].Len()
-		if len(op.Out) == 1 {
-			return l.done(nc.AllGather(ptr(op.In[0]), ptr(op.Out[0]), c, dt, h, s))
-		}
-		return l.bcastEach(op, dt, nil, c)
-	case comm.OpAllGatherV:
-		return l.bcastEach(op, dt, op.RecvCounts, 0)
 	case comm.OpReduceScatter:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
 		c := op.Out[0].Len()
 		if len(op.In) == 1 {
 			return l.done(nc.ReduceScatter(ptr(op.In[0]), ptr(op.Out[0]), c, dt, red, h, s))
 		}
 		return l.reduceEach(op, dt, red, nil, c)
-	case comm.OpReduceScatterV:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
+	default: // comm.OpReduceScatterV
 		return l.reduceEach(op, dt, red, op.RecvCounts, 0)
-	case comm.OpAllToAll:
-		sc, rc := op.SendCounts, op.RecvCounts
-		sper, rper := 0, 0
-		if sc == nil {
-			sper = enginekit.TotalLen(op.In) / n
-		}
-		if rc == nil {
-			rper = enginekit.TotalLen(op.Out) / n
-		}
-		return l.group(func() error {
-			for i := 0; i < n; i++ {
-				sb := comm.Chunk(op.In, i, sc, sper)
-				rb := comm.Chunk(op.Out, i, rc, rper)
-				if err := l.done(nc.Send(ptr(sb), sb.Len(), dt, i, h, s)); err != nil {
-					return err
-				}
-				if err := l.done(nc.Recv(ptr(rb), rb.Len(), dt, i, h, s)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	case comm.OpGather:
+	}
+}
+
+// broadcastLike enqueues broadcast (in place) and the all-gathers (one
+// call for a single output, else grouped broadcasts).
+func (l *launcher) broadcastLike(op *comm.Op, dt DataType) error {
+	switch op.Type {
+	case comm.OpBroadcast:
+		b := op.In[0]
+		return l.done(l.e.nc.Broadcast(ptr(b), ptr(b), b.Len(), dt, op.Root, l.h, l.s))
+	case comm.OpAllGather:
 		c := op.In[0].Len()
-		return l.group(func() error {
-			if err := l.done(nc.Send(ptr(op.In[0]), c, dt, op.Root, h, s)); err != nil {
+		if len(op.Out) == 1 {
+			return l.done(l.e.nc.AllGather(ptr(op.In[0]), ptr(op.Out[0]), c, dt, l.h, l.s))
+		}
+		return l.bcastEach(op, dt, nil, c)
+	default: // comm.OpAllGatherV
+		return l.bcastEach(op, dt, op.RecvCounts, 0)
+	}
+}
+
+// allToAll enqueues an all-to-all (equal or per-peer counts) as one group
+// of sends and receives.
+func (l *launcher) allToAll(op *comm.Op, dt DataType) error {
+	n := l.e.cfg.Size
+	sc, rc := op.SendCounts, op.RecvCounts
+	sper, rper := 0, 0
+	if sc == nil {
+		sper = enginekit.TotalLen(op.In) / n
+	}
+	if rc == nil {
+		rper = enginekit.TotalLen(op.Out) / n
+	}
+	return l.group(func() error {
+		for i := 0; i < n; i++ {
+			sb := comm.Chunk(op.In, i, sc, sper)
+			rb := comm.Chunk(op.Out, i, rc, rper)
+			if err := l.done(l.e.nc.Send(ptr(sb), sb.Len(), dt, i, l.h, l.s)); err != nil {
 				return err
 			}
-			if rank != op.Root {
-				return nil
+			if err := l.done(l.e.nc.Recv(ptr(rb), rb.Len(), dt, i, l.h, l.s)); err != nil {
+				return err
 			}
-			for i := 0; i < n; i++ {
-				rb := comm.Chunk(op.Out, i, nil, c)
-				if err := l.done(nc.Recv(ptr(rb), c, dt, i, h, s)); err != nil {
+		}
+		return nil
+	})
+}
+
+// gather enqueues a gather as one group: every rank sends to the root,
+// which receives chunk i from rank i.
+func (l *launcher) gather(op *comm.Op, dt DataType) error {
+	c := op.In[0].Len()
+	return l.group(func() error {
+		if err := l.done(l.e.nc.Send(ptr(op.In[0]), c, dt, op.Root, l.h, l.s)); err != nil {
+			return err
+		}
+		if l.e.cfg.Rank != op.Root {
+			return nil
+		}
+		for i := 0; i < l.e.cfg.Size; i++ {
+			rb := comm.Chunk(op.Out, i, nil, c)
+			if err := l.done(l.e.nc.Recv(ptr(rb), c, dt, i, l.h, l.s)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// scatter enqueues a scatter as one group: the root sends chunk i to rank
+// i, and every rank receives its chunk.
+func (l *launcher) scatter(op *comm.Op, dt DataType) error {
+	c := op.Out[0].Len()
+	return l.group(func() error {
+		if l.e.cfg.Rank == op.Root {
+			for i := 0; i < l.e.cfg.Size; i++ {
+				sb := comm.Chunk(op.In, i, nil, c)
+				if err := l.done(l.e.nc.Send(ptr(sb), c, dt, i, l.h, l.s)); err != nil {
 					return err
 				}
 			}
-			return nil
-		})
-	case comm.OpScatter:
-		c := op.Out[0].Len()
-		return l.group(func() error {
-			if rank == op.Root {
-				for i := 0; i < n; i++ {
-					sb := comm.Chunk(op.In, i, nil, c)
-					if err := l.done(nc.Send(ptr(sb), c, dt, i, h, s)); err != nil {
-						return err
-					}
-				}
-			}
-			return l.done(nc.Recv(ptr(op.Out[0]), c, dt, op.Root, h, s))
-		})
-	case comm.OpSend:
-		b := op.In[0]
-		return l.done(nc.Send(ptr(b), b.Len(), dt, op.Peer, h, s))
-	case comm.OpRecv:
-		b := op.Out[0]
-		return l.done(nc.Recv(ptr(b), b.Len(), dt, op.Peer, h, s))
-	}
-	return fmt.Errorf("%w: nccl engine: op %v", comm.ErrUnsupported, op.Type)
+		}
+		return l.done(l.e.nc.Recv(ptr(op.Out[0]), c, dt, op.Root, l.h, l.s))
+	})
 }
 
 // bcastEach runs an all-gather into n output chunks as n grouped

@@ -35,7 +35,6 @@ var allowedLong = map[string]string{
 
 	// Not yet split (issue 17 follow-up).
 	"cmd/rankrunner/internal/launcher/attempt.go:runner.runAttempt": "to split",
-	"comm/nccl/launch.go:launcher.op":                               "to split",
 	"cmd/rankrunner/internal/cli/diagnose.go:newDiagnoseCmd":        "to split",
 	"cmd/rankrunner/internal/launcher/cluster.go:DetectCluster":     "to split",
 	"cmd/rankrunner/internal/launcher/config.go:Config.validate":    "to split",
