@@ -70,7 +70,7 @@ func (e *Engine) launch(c *communicator, op *comm.Op) (ev cuda.Event, err error)
 			return 0, e.engErr(op, err)
 		}
 	}
-	l := &launcher{e: e, c: c, s: c.stream}
+	l := &enqueuer{e: e, c: c, s: c.stream}
 	c.mu.Lock()
 	if c.handle == 0 {
 		c.mu.Unlock()
@@ -143,9 +143,9 @@ func callerStreams(op *comm.Op, acc []cuda.Stream) []cuda.Stream {
 	return acc
 }
 
-// launcher enqueues the NCCL calls of one op on communicator handle h and
+// enqueuer enqueues the NCCL calls of one op on communicator handle h and
 // stream s; c.mu is held.
-type launcher struct {
+type enqueuer struct {
 	e      *Engine
 	c      *communicator
 	h      Comm
@@ -155,7 +155,7 @@ type launcher struct {
 
 // done turns a call's result into an error, waiting out InProgress of the
 // nonblocking communicator.
-func (l *launcher) done(r Result, err error) error {
+func (l *enqueuer) done(r Result, err error) error {
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (l *launcher) done(r Result, err error) error {
 
 // group runs f between ncclGroupStart and ncclGroupEnd (GroupEnd runs even
 // if f fails, as NCCL requires).
-func (l *launcher) group(f func() error) error {
+func (l *enqueuer) group(f func() error) error {
 	if err := l.e.nc.GroupStart(); err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func ptr(b comm.Buffer) cuda.DevicePtr { return cuda.DevicePtr(b.DevicePtr()) }
 
 // op enqueues one op (a Coalesced op as one NCCL group): it resolves the
 // NCCL data type and hands the op to the enqueue step of its kind.
-func (l *launcher) op(op *comm.Op) error {
+func (l *enqueuer) op(op *comm.Op) error {
 	switch op.Type {
 	case comm.OpCoalesced:
 		return l.group(func() error {
@@ -232,7 +232,7 @@ func (l *launcher) op(op *comm.Op) error {
 // reduction enqueues the ops that take a reduction: allreduce (in place),
 // reduce (into the root's buffer), reduce-scatter (one call for a single
 // input, else grouped reduces) and reduce-scatter-v.
-func (l *launcher) reduction(op *comm.Op, dt DataType) error {
+func (l *enqueuer) reduction(op *comm.Op, dt DataType) error {
 	red, err := l.redOp(op, dt)
 	if err != nil {
 		return err
@@ -262,7 +262,7 @@ func (l *launcher) reduction(op *comm.Op, dt DataType) error {
 
 // broadcastLike enqueues broadcast (in place) and the all-gathers (one
 // call for a single output, else grouped broadcasts).
-func (l *launcher) broadcastLike(op *comm.Op, dt DataType) error {
+func (l *enqueuer) broadcastLike(op *comm.Op, dt DataType) error {
 	switch op.Type {
 	case comm.OpBroadcast:
 		b := op.In[0]
@@ -280,7 +280,7 @@ func (l *launcher) broadcastLike(op *comm.Op, dt DataType) error {
 
 // allToAll enqueues an all-to-all (equal or per-peer counts) as one group
 // of sends and receives.
-func (l *launcher) allToAll(op *comm.Op, dt DataType) error {
+func (l *enqueuer) allToAll(op *comm.Op, dt DataType) error {
 	n := l.e.cfg.Size
 	sc, rc := op.SendCounts, op.RecvCounts
 	sper, rper := 0, 0
@@ -307,7 +307,7 @@ func (l *launcher) allToAll(op *comm.Op, dt DataType) error {
 
 // gather enqueues a gather as one group: every rank sends to the root,
 // which receives chunk i from rank i.
-func (l *launcher) gather(op *comm.Op, dt DataType) error {
+func (l *enqueuer) gather(op *comm.Op, dt DataType) error {
 	c := op.In[0].Len()
 	return l.group(func() error {
 		if err := l.done(l.e.nc.Send(ptr(op.In[0]), c, dt, op.Root, l.h, l.s)); err != nil {
@@ -328,7 +328,7 @@ func (l *launcher) gather(op *comm.Op, dt DataType) error {
 
 // scatter enqueues a scatter as one group: the root sends chunk i to rank
 // i, and every rank receives its chunk.
-func (l *launcher) scatter(op *comm.Op, dt DataType) error {
+func (l *enqueuer) scatter(op *comm.Op, dt DataType) error {
 	c := op.Out[0].Len()
 	return l.group(func() error {
 		if l.e.cfg.Rank == op.Root {
@@ -345,7 +345,7 @@ func (l *launcher) scatter(op *comm.Op, dt DataType) error {
 
 // bcastEach runs an all-gather into n output chunks as n grouped
 // broadcasts, root i sending its input into chunk i (counts nil: per each).
-func (l *launcher) bcastEach(op *comm.Op, dt DataType, counts []int, per int) error {
+func (l *enqueuer) bcastEach(op *comm.Op, dt DataType, counts []int, per int) error {
 	rank, n := l.e.cfg.Rank, l.e.cfg.Size
 	return l.group(func() error {
 		for i := 0; i < n; i++ {
@@ -364,7 +364,7 @@ func (l *launcher) bcastEach(op *comm.Op, dt DataType, counts []int, per int) er
 
 // reduceEach runs a reduce-scatter from n input chunks as n grouped
 // reduces, chunk i reduced to root i (into Out[0] on that rank).
-func (l *launcher) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int, per int) error {
+func (l *enqueuer) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int, per int) error {
 	rank, n := l.e.cfg.Rank, l.e.cfg.Size
 	return l.group(func() error {
 		for i := 0; i < n; i++ {
@@ -382,7 +382,7 @@ func (l *launcher) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int,
 }
 
 // dtype is the NCCL type of op's elements (from its first buffer).
-func (l *launcher) dtype(op *comm.Op) (DataType, error) {
+func (l *enqueuer) dtype(op *comm.Op) (DataType, error) {
 	var dt comm.DType
 	switch {
 	case len(op.In) > 0:
@@ -398,7 +398,7 @@ func (l *launcher) dtype(op *comm.Op) (DataType, error) {
 // redOp maps op's reduction to NCCL, as c10d's getNcclReduceOp: bool Sum
 // runs as Max and Product as Min; Avg is ncclAvg; PreMulSum is a
 // ncclRedOpCreatePreMulSum op; bitwise ops are unsupported by NCCL.
-func (l *launcher) redOp(op *comm.Op, ndt DataType) (RedOp, error) {
+func (l *enqueuer) redOp(op *comm.Op, ndt DataType) (RedOp, error) {
 	var dt comm.DType
 	if len(op.In) > 0 {
 		dt = op.In[0].DType()
