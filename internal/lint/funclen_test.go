@@ -35,7 +35,6 @@ var allowedLong = map[string]string{
 
 	// Not yet split (issue 17 follow-up).
 	"comm/nccl/internal/launchbench/main.go:run": "to split",
-	"examples/faults/main.go:main":               "to split",
 	"examples/gomlx-mnist/main.go:trainMNIST":    "to split",
 	"examples/gorgonia-mnist/main.go:train":      "to split",
 }
