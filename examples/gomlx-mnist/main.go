@@ -232,52 +232,18 @@ func trainMNIST(ctx stdctx.Context, o options) error {
 	}
 	trainDS := &shardDataset{name: "mnist-train", set: trainSet, batch: local, sampler: sampler}
 
-	steps, lastLoss := 0, 0.0
 	start := time.Now()
-	for epoch := 0; epoch < o.epochs; epoch++ {
-		trainDS.Reset()
-		nb := len(trainDS.idx) / local
-		var bar *progressbar.ProgressBar
-		if rank == 0 {
-			bar = progressbar.NewOptions(nb*o.batch, progressbar.OptionSetWriter(os.Stderr),
-				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, o.epochs)),
-				progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
-				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
-				progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
-		}
-		epochStart := time.Now()
-		n, err := trainer.Train(trainDS, func(step int, mets []*tensors.Tensor) error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			lastLoss = float64(tensors.ToScalar[float32](mets[0]))
-			if bar != nil {
-				rate := float64(step*o.batch) / time.Since(epochStart).Seconds()
-				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %6.0f samples/s", epoch+1, o.epochs, lastLoss, rate))
-				_ = bar.Add(o.batch)
-			}
-			return nil
-		})
-		steps += n
-		if err != nil {
-			return err
-		}
-		if bar != nil {
-			_ = bar.Finish()
-		}
+	steps, lastLoss, err := trainEpochs(ctx, o, trainer, trainDS, rank, local)
+	if err != nil {
+		return err
 	}
 	trainSecs := time.Since(start).Seconds()
 	tm := trainer.Times()
 
-	testIdx := make([]int, testSet.len())
-	for i := range testIdx {
-		testIdx[i] = i
-	}
-	evalRes, err := trainer.Eval(&shardDataset{name: "mnist-test", set: testSet, idx: testIdx, batch: 1000})
+	acc, err := testAccuracy(trainer, testSet)
 	if err != nil {
 		return err
 	}
-	acc := float64(tensors.ToScalar[float32](evalRes[len(evalRes)-1]))
 	hash, err := paramHash(mlctx)
 	if err != nil {
 		return err
@@ -300,6 +266,64 @@ func trainMNIST(ctx stdctx.Context, o options) error {
 		}
 	}
 	return nil
+}
+
+// trainEpochs runs o.epochs epochs of trainer over this rank's shard
+// (local samples per step) and returns the steps taken and the last loss.
+func trainEpochs(ctx stdctx.Context, o options, trainer *rtgomlx.Trainer, trainDS *shardDataset, rank, local int) (steps int, lastLoss float64, err error) {
+	for epoch := 0; epoch < o.epochs; epoch++ {
+		trainDS.Reset()
+		nb := len(trainDS.idx) / local
+		bar := epochBar(rank, nb*o.batch, epoch, o.epochs)
+		epochStart := time.Now()
+		n, err := trainer.Train(trainDS, func(step int, mets []*tensors.Tensor) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			lastLoss = float64(tensors.ToScalar[float32](mets[0]))
+			if bar != nil {
+				rate := float64(step*o.batch) / time.Since(epochStart).Seconds()
+				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %6.0f samples/s", epoch+1, o.epochs, lastLoss, rate))
+				_ = bar.Add(o.batch)
+			}
+			return nil
+		})
+		steps += n
+		if err != nil {
+			return steps, lastLoss, err
+		}
+		if bar != nil {
+			_ = bar.Finish()
+		}
+	}
+	return steps, lastLoss, nil
+}
+
+// testAccuracy evaluates trainer's model on the whole test set, 1000
+// images at a time.
+func testAccuracy(trainer *rtgomlx.Trainer, testSet *dataset) (float64, error) {
+	testIdx := make([]int, testSet.len())
+	for i := range testIdx {
+		testIdx[i] = i
+	}
+	evalRes, err := trainer.Eval(&shardDataset{name: "mnist-test", set: testSet, idx: testIdx, batch: 1000})
+	if err != nil {
+		return 0, err
+	}
+	return float64(tensors.ToScalar[float32](evalRes[len(evalRes)-1])), nil
+}
+
+// epochBar is rank 0's progress bar over n samples of one epoch (nil on
+// other ranks).
+func epochBar(rank, n, epoch, epochs int) *progressbar.ProgressBar {
+	if rank != 0 {
+		return nil
+	}
+	return progressbar.NewOptions(n, progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, epochs)),
+		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
 }
 
 // paramHash is an FNV-64a hash of every trainable variable's float32 bits

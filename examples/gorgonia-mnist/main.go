@@ -234,55 +234,10 @@ func train(ctx context.Context, o options) error {
 		return err
 	}
 
-	xb := make([]float32, local*pixels)
-	yb := make([]float32, local*classes)
-	steps, lastLoss := 0, 0.0
 	start := time.Now()
-	for epoch := 0; epoch < o.epochs; epoch++ {
-		idx := sampler.EpochIndices(epoch) // this rank's shard (one process: a permutation of all samples)
-		nb := len(idx) / local
-		var bar *progressbar.ProgressBar
-		if rank == 0 {
-			bar = progressbar.NewOptions(nb*o.batch, progressbar.OptionSetWriter(os.Stderr),
-				progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, o.epochs)),
-				progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
-				progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
-				progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
-		}
-		epochStart := time.Now()
-		for b := 0; b < nb; b++ {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			clear(yb)
-			for i, s := range idx[b*local : (b+1)*local] {
-				copy(xb[i*pixels:(i+1)*pixels], trainSet.x[s*pixels:(s+1)*pixels])
-				yb[i*classes+int(trainSet.y[s])] = 1
-			}
-			if err := G.Let(m.x, tensor.New(tensor.WithShape(local, pixels), tensor.WithBacking(xb))); err != nil {
-				return err
-			}
-			if err := G.Let(m.y, tensor.New(tensor.WithShape(local, classes), tensor.WithBacking(yb))); err != nil {
-				return err
-			}
-			if err := m.vm.RunAll(); err != nil {
-				return err
-			}
-			if err := solver.Step(G.NodesToValueGrads(m.learnables)); err != nil {
-				return err
-			}
-			lastLoss = float64(m.loss.Data().(float32))
-			m.vm.Reset()
-			steps++
-			if bar != nil {
-				rate := float64((b+1)*o.batch) / time.Since(epochStart).Seconds()
-				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %6.0f samples/s", epoch+1, o.epochs, lastLoss, rate))
-				_ = bar.Add(o.batch)
-			}
-		}
-		if bar != nil {
-			_ = bar.Finish()
-		}
+	steps, lastLoss, err := trainEpochs(ctx, o, m, solver, sampler, trainSet, rank, local)
+	if err != nil {
+		return err
 	}
 	trainSecs := time.Since(start).Seconds()
 	st := dp.Model().Stats()
@@ -308,6 +263,67 @@ func train(ctx context.Context, o options) error {
 		}
 	}
 	return nil
+}
+
+// trainEpochs runs o.epochs epochs over this rank's shard of trainSet
+// (local samples per step) and returns the steps taken and the last loss.
+func trainEpochs(ctx context.Context, o options, m *mlp, solver G.Solver, sampler *ddp.DistributedSampler,
+	trainSet *dataset, rank, local int) (steps int, lastLoss float64, err error) {
+	xb := make([]float32, local*pixels)
+	yb := make([]float32, local*classes)
+	for epoch := 0; epoch < o.epochs; epoch++ {
+		idx := sampler.EpochIndices(epoch) // this rank's shard (one process: a permutation of all samples)
+		nb := len(idx) / local
+		bar := epochBar(rank, nb*o.batch, epoch, o.epochs)
+		epochStart := time.Now()
+		for b := 0; b < nb; b++ {
+			if err := ctx.Err(); err != nil {
+				return steps, lastLoss, err
+			}
+			clear(yb)
+			for i, s := range idx[b*local : (b+1)*local] {
+				copy(xb[i*pixels:(i+1)*pixels], trainSet.x[s*pixels:(s+1)*pixels])
+				yb[i*classes+int(trainSet.y[s])] = 1
+			}
+			if err := G.Let(m.x, tensor.New(tensor.WithShape(local, pixels), tensor.WithBacking(xb))); err != nil {
+				return steps, lastLoss, err
+			}
+			if err := G.Let(m.y, tensor.New(tensor.WithShape(local, classes), tensor.WithBacking(yb))); err != nil {
+				return steps, lastLoss, err
+			}
+			if err := m.vm.RunAll(); err != nil {
+				return steps, lastLoss, err
+			}
+			if err := solver.Step(G.NodesToValueGrads(m.learnables)); err != nil {
+				return steps, lastLoss, err
+			}
+			lastLoss = float64(m.loss.Data().(float32))
+			m.vm.Reset()
+			steps++
+			if bar != nil {
+				rate := float64((b+1)*o.batch) / time.Since(epochStart).Seconds()
+				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %6.0f samples/s", epoch+1, o.epochs, lastLoss, rate))
+				_ = bar.Add(o.batch)
+			}
+		}
+		if bar != nil {
+			_ = bar.Finish()
+		}
+	}
+	return steps, lastLoss, nil
+}
+
+// epochBar is rank 0's progress bar over n samples of one epoch (nil on
+// other ranks).
+func epochBar(rank, n, epoch, epochs int) *progressbar.ProgressBar {
+	if rank != 0 {
+		return nil
+	}
+	return progressbar.NewOptions(n, progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, epochs)),
+		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
 }
 
 // evaluate computes the test accuracy with the learnables' current values
