@@ -415,12 +415,12 @@ func (e *Engine) execSafe(op *comm.Op, w *comm.Work) (err error) {
 }
 
 // globalRank maps a group rank to the job's global rank.
-func (e *Engine) globalRank(r int) int { return enginekit.GlobalRank(e.cfg, r) }
+func (e *Engine) globalRank(r int) int { return enginekit.GlobalRank(&e.cfg, r) }
 
 // injectFault honours cfg.Faults (RANKTREE_FAULT) for this rank and op
 // (enginekit.InjectFault); a hang waits for the engine to stop.
 func (e *Engine) injectFault(op *comm.Op) error {
-	hang, err := enginekit.InjectFault(e.cfg, "cpu", op, e.log)
+	hang, err := enginekit.InjectFault(&e.cfg, "cpu", op, &e.log)
 	if hang {
 		<-e.ctl.stop
 		return e.stopped()

@@ -560,4 +560,4 @@ func (e *Engine) event() (cuda.Event, error) {
 }
 
 // globalRank maps a group rank to the job's global rank.
-func (e *Engine) globalRank(r int) int { return enginekit.GlobalRank(e.cfg, r) }
+func (e *Engine) globalRank(r int) int { return enginekit.GlobalRank(&e.cfg, r) }

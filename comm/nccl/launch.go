@@ -51,7 +51,7 @@ func (e *Engine) validate(op *comm.Op) error {
 // (enginekit.InjectFault): hang (the op is never launched and its Work
 // waits for Abort), crash (exit 3), error.
 func (e *Engine) injectFault(op *comm.Op) (hang bool, err error) {
-	return enginekit.InjectFault(e.cfg, "nccl", op, e.log)
+	return enginekit.InjectFault(&e.cfg, "nccl", op, &e.log)
 }
 
 // launch orders c's stream after the callers' streams, enqueues op and

@@ -31,7 +31,7 @@ func Factory[E comm.Backend, O any](newEngine func(context.Context, comm.Backend
 // GlobalRank maps rank r of cfg's group to the job's global rank
 // (cfg.GlobalRanks[r]); without a full GlobalRanks list the group is the
 // world and r is returned.
-func GlobalRank(cfg comm.BackendConfig, r int) int {
+func GlobalRank(cfg *comm.BackendConfig, r int) int {
 	if len(cfg.GlobalRanks) == cfg.Size && r >= 0 && r < len(cfg.GlobalRanks) {
 		return cfg.GlobalRanks[r]
 	}
@@ -55,7 +55,7 @@ var exit = os.Exit
 //     its own (its Work waits for Abort or Close).
 //
 // No matching fault: (false, nil).
-func InjectFault(cfg comm.BackendConfig, engine string, op *comm.Op, log zerolog.Logger) (hang bool, err error) {
+func InjectFault(cfg *comm.BackendConfig, engine string, op *comm.Op, log *zerolog.Logger) (hang bool, err error) {
 	if len(cfg.Faults) == 0 || comm.UsesP2PSeq(op) {
 		return false, nil
 	}

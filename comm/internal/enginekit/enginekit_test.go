@@ -14,11 +14,11 @@ import (
 func TestGlobalRank(t *testing.T) {
 	sub := comm.BackendConfig{Size: 3, GlobalRanks: []int{4, 7, 9}}
 	for r, want := range []int{4, 7, 9} {
-		if got := GlobalRank(sub, r); got != want {
+		if got := GlobalRank(&sub, r); got != want {
 			t.Errorf("GlobalRank(sub, %d) = %d, want %d", r, got, want)
 		}
 	}
-	if got := GlobalRank(comm.BackendConfig{Size: 4}, 2); got != 2 {
+	if got := GlobalRank(&comm.BackendConfig{Size: 4}, 2); got != 2 {
 		t.Errorf("world GlobalRank(2) = %d", got)
 	}
 }
@@ -38,26 +38,26 @@ func TestInjectFault(t *testing.T) {
 	exit = func(c int) { code = c }
 	defer func() { exit = os.Exit }()
 	nop := zerolog.Nop()
-	if hang, err := InjectFault(cfg, "cpu", op(comm.OpAllReduce, 1), nop); hang || err != nil {
+	if hang, err := InjectFault(&cfg, "cpu", op(comm.OpAllReduce, 1), &nop); hang || err != nil {
 		t.Errorf("seq 1: hang=%v err=%v, want nothing", hang, err)
 	}
-	if hang, err := InjectFault(cfg, "cpu", op(comm.OpAllReduce, 2), nop); !hang || err != nil {
+	if hang, err := InjectFault(&cfg, "cpu", op(comm.OpAllReduce, 2), &nop); !hang || err != nil {
 		t.Errorf("seq 2: hang=%v err=%v, want hang", hang, err)
 	}
-	_, err = InjectFault(cfg, "nccl", op(comm.OpAllReduce, 3), nop)
+	_, err = InjectFault(&cfg, "nccl", op(comm.OpAllReduce, 3), &nop)
 	var ee *comm.EngineError
 	if !errors.As(err, &ee) || ee.Engine != "nccl" || ee.Rank != 1 || ee.FP.Seq != 3 {
 		t.Errorf("seq 3: %v, want an *EngineError from nccl at seq 3", err)
 	}
-	if _, err := InjectFault(cfg, "cpu", op(comm.OpAllReduce, 4), nop); code != CrashExitCode || err != nil {
+	if _, err := InjectFault(&cfg, "cpu", op(comm.OpAllReduce, 4), &nop); code != CrashExitCode || err != nil {
 		t.Errorf("seq 4: exit code %d, err %v", code, err)
 	}
-	if hang, err := InjectFault(cfg, "cpu", op(comm.OpSend, 2), nop); hang || err != nil {
+	if hang, err := InjectFault(&cfg, "cpu", op(comm.OpSend, 2), &nop); hang || err != nil {
 		t.Errorf("send at seq 2: hang=%v err=%v, want no fault (p2p seq)", hang, err)
 	}
 	other := cfg
 	other.Rank = 0
-	if hang, err := InjectFault(other, "cpu", op(comm.OpAllReduce, 2), nop); hang || err != nil {
+	if hang, err := InjectFault(&other, "cpu", op(comm.OpAllReduce, 2), &nop); hang || err != nil {
 		t.Errorf("rank 4 at seq 2: hang=%v err=%v, want nothing", hang, err)
 	}
 }
