@@ -315,7 +315,9 @@ func (e *panicAwareEngine) AsyncError() error {
 
 // NewGroup creates a process group of the given global ranks. Every rank of
 // the job must call it, in the same order; non-members get a group whose
-// Rank is -1 (torch.distributed.new_group). Errors: an error wrapping
+// Rank is -1 (torch.distributed.new_group). With
+// comm.WithLocalSynchronization only the members call it (torch's
+// use_local_synchronization=True; see comm.ProcessGroup.NewGroup). Errors: an error wrapping
 // comm.ErrInvalidArgument for bad ranks; comm.ErrClosed after Close;
 // engine connection errors.
 func (r *Runtime) NewGroup(ctx context.Context, ranks []int, opts ...comm.GroupOption) (*comm.ProcessGroup, error) {
@@ -392,7 +394,7 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	l := &supervisedLauncher{Communicator: cm, rt: r, sv: g.sv, group: spec.Name, epoch: epoch, rank: r.rank, blocking: g.sup.BlockingWait}
 	pg, err := comm.NewProcessGroup(comm.GroupConfig{
 		Name: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
-		Launcher: l, Engine: be.Name(), Factory: groupFactory{r}, Timeout: spec.Timeout, Log: r.log,
+		Launcher: l, Engine: be.Name(), Factory: groupFactory{r}, Timeout: spec.Timeout, Store: r.st, Log: r.log,
 	})
 	if err != nil {
 		l.Close(ctx)

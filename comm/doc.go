@@ -23,9 +23,11 @@
 //     gets ErrMismatch (from the CPU engine) or a timeout.
 //  2. Leave a Buffer's memory alone until its Work is done (Wait, Done).
 //  3. Pass group ranks as roots and peers (GlobalRank / GroupRank convert).
-//  4. Call NewGroup and Split on every member of the parent group, in the
-//     same order; a process outside the new group gets a Rank -1 group
-//     whose ops do nothing.
+//  4. Call NewGroup, Split, NewSubgroups and NewSubgroupsByEnumeration on
+//     every member of the parent group, in the same order (NewGroup with
+//     WithLocalSynchronization: on the new group's members only); a
+//     process outside the new group gets a Rank -1 group whose ops do
+//     nothing. Call MonitoredBarrier on every member, in the same order.
 //  5. Check errors with errors.Is: ErrInvalidArgument is a bug in the
 //     call (nothing was sent, no seq used); ErrTimeout, ErrAborted,
 //     ErrRemoteAbort, ErrMismatch, ErrTransport and ErrEngine leave the
@@ -39,5 +41,7 @@
 // processgroup.go (type, config, identity, Destroy), validate.go (input
 // checks), processgroup_collectives.go (collectives and their lowering),
 // p2p.go (Send/Recv/BatchP2P), coalesce.go (Coalesce), objects.go (byte-blob
-// collectives), processgroup_groups.go (NewGroup, Split).
+// collectives), processgroup_groups.go (NewGroup, Split), subgroups.go
+// (local-synchronization NewGroup, NewSubgroups, NewSubgroupsByEnumeration),
+// monitored_barrier.go (MonitoredBarrier).
 package comm

@@ -1,6 +1,9 @@
 package comm
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // Point-to-point operations. They use the group's P2P sequence counter,
 // separate from the collective one (c10d's seqP2P), so P2P traffic between
@@ -85,29 +88,57 @@ func (pg *ProcessGroup) Recv(ctx context.Context, buf Buffer, src, tag int) (int
 	return src, nil
 }
 
-// BatchP2P launches ops together as one unit and one Work (torch
-// batch_isend_irecv; NCCL group calls), so that matching sends and receives
-// between ranks cannot deadlock on ordering. It lowers to one OpCoalesced
-// of Send/Recv children and uses one P2P sequence number. Bad input (an
+// BatchP2P launches ops together as one unit and returns one Work per op,
+// ops[i]'s at index i (semantics of torch.distributed.batch_isend_irecv,
+// which returns a list of requests; NCCL group calls), so that matching
+// sends and receives between ranks cannot deadlock on ordering. It lowers
+// to one OpCoalesced of Send/Recv children and uses one P2P sequence
+// number: every returned Work completes when the whole batch does, with
+// the batch's error (as NCCL completes a group at ncclGroupEnd), carries
+// the batch's Seq, and a receive's Work has Source equal to its Peer.
+// Under blocking wait (RANKTREE_BLOCKING_WAIT) their Wait returns when the
+// watchdog fails the batch at its timeout; Coalesce gives the batch as one
+// Work, with blocking wait's own deadline.
+//
+// A batch may send to and receive from the calling rank itself, as NCCL
+// allows inside a group: each send to self pairs with the receive from
+// self of the same tag, in list order, which gets a copy of its data; the
+// pair must have equal dtype and length. Self pairs move no message.
+//
+// Bad input returns an *ArgError wrapping ErrInvalidArgument, headed
+// "BatchP2P" and naming the entry ("ops[i]"), and launches nothing: an
 // empty list, an entry that is not OpSend/OpRecv, AnySource, a bad peer,
-// tag or buffer) fails the Work at once with an *ArgError wrapping
-// ErrInvalidArgument, headed "BatchP2P" and naming the entry ("ops[i]").
-func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp) *Work {
+// tag or buffer, or a send to self without its receive (or the reverse, or
+// different dtype or length). A destroyed group returns ErrClosed, an
+// ended ctx its error. On a non-member every Work is already complete with
+// no error. (Before issue 19 BatchP2P returned one Work for the batch;
+// comm.WaitAll waits for the list.)
+func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp, opts ...OpOption) ([]*Work, error) {
 	if w := pg.precheck(ctx, OpCoalesced); w != nil {
-		return w
+		if err := w.Err(); err != nil {
+			return nil, err
+		}
+		works := make([]*Work, len(ops))
+		for i, p := range ops {
+			works[i] = FailedWork(p.Op, nil)
+		}
+		return works, nil
 	}
 	if len(ops) == 0 {
 		ae := pg.argErr(OpCoalesced, "batch_isend_irecv needs a non-empty list of P2POp")
 		ae.Call = "BatchP2P"
-		return FailedWork(OpCoalesced, ae)
+		return nil, ae
 	}
 	children := make([]*Op, len(ops))
 	for i, p := range ops {
 		var op *Op
 		var err error
-		if p.Op != OpSend && p.Op != OpRecv {
+		switch {
+		case p.Op != OpSend && p.Op != OpRecv:
 			err = pg.argErr(OpCoalesced, "op type is %v, expected SEND or RECV (a P2POp is one send or receive)", p.Op)
-		} else {
+		case p.Peer == pg.rank:
+			op, err = pg.lowerSelfP2P(p.Op, p.Buf, p.Tag)
+		default:
 			op, err = pg.lowerP2P(p.Op, p.Buf, p.Peer, p.Tag, false)
 		}
 		if err != nil {
@@ -117,9 +148,149 @@ func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp) *Work {
 				ae.Msg = "ops[" + itoa(i) + "] (" + p.Op.String() + "): " + ae.Msg
 				ae.Op, ae.Call = OpCoalesced, "BatchP2P"
 			}
-			return FailedWork(OpCoalesced, err)
+			return nil, err
 		}
 		children[i] = op
 	}
-	return pg.submit(ctx, coalesced(children), nil)
+	if err := pg.checkSelfPairs(ops); err != nil {
+		return nil, err
+	}
+	works := make([]*Work, len(ops))
+	for i, p := range ops {
+		works[i] = NewWork(p.Op)
+	}
+	pg.submitThen(ctx, coalesced(children), opts, func(b *Work) {
+		for i, w := range works {
+			w.SetSeq(b.Seq())
+			if ops[i].Op == OpRecv && b.err == nil {
+				w.SetSource(ops[i].Peer)
+			}
+			w.Complete(b.err)
+		}
+	})
+	return works, nil
+}
+
+// lowerSelfP2P lowers a send to or receive from the calling rank inside a
+// batch (checkSelfPairs then pairs them).
+func (pg *ProcessGroup) lowerSelfP2P(t OpType, buf Buffer, tag int) (*Op, error) {
+	if err := pg.checkTag(t, tag); err != nil {
+		return nil, err
+	}
+	if err := pg.checkBuf(t, "buffer", buf); err != nil {
+		return nil, err
+	}
+	op := newOp(t, buf.DType(), 0, buf.Len(), pg.rank)
+	op.Root, op.Peer, op.Tag = -1, pg.rank, tag
+	if t == OpSend {
+		op.In = []Buffer{buf}
+	} else {
+		op.Out = []Buffer{buf}
+	}
+	return op, nil
+}
+
+// checkSelfPairs pairs every send to self in ops with the receive from
+// self of the same tag, in list order (SelfPairs), and checks that each
+// pair has one dtype and length.
+func (pg *ProcessGroup) checkSelfPairs(ops []P2POp) error {
+	bad := func(format string, args ...any) error {
+		ae := pg.argErr(OpCoalesced, format, args...)
+		ae.Call = "BatchP2P"
+		return ae
+	}
+	peers, types, tags := make([]int, len(ops)), make([]OpType, len(ops)), make([]int, len(ops))
+	for i, p := range ops {
+		peers[i], types[i], tags[i] = p.Peer, p.Op, p.Tag
+	}
+	pairs, unpaired := SelfPairs(pg.rank, peers, types, tags)
+	if unpaired >= 0 {
+		p := ops[unpaired]
+		if p.Op == OpSend {
+			return bad("ops[%d] (SEND) sends to rank %d itself with tag %d, but the batch has no matching receive from self with that tag (a self send pairs with a self receive of the same tag, in list order)", unpaired, pg.rank, p.Tag)
+		}
+		return bad("ops[%d] (RECV) receives from rank %d itself with tag %d, but the batch has no matching send to self with that tag (a self receive pairs with a self send of the same tag, in list order)", unpaired, pg.rank, p.Tag)
+	}
+	if pg.device && len(pairs) > 1 {
+		// NCCL pairs a group's sends to and receives from one peer in
+		// order, tags aside: the tag pairing must agree with it.
+		for i := 1; i < len(pairs); i++ {
+			if pairs[i][1] < pairs[i-1][1] {
+				return bad("ops[%d] and ops[%d] (RECV from self) are listed in another order than the sends to self they pair with by tag (ops[%d], ops[%d]); engine %q pairs them in list order: list them alike",
+					pairs[i][1], pairs[i-1][1], pairs[i][0], pairs[i-1][0], pg.engine)
+			}
+		}
+	}
+	for _, pr := range pairs {
+		s, r := ops[pr[0]].Buf, ops[pr[1]].Buf
+		if s.DType() != r.DType() || s.Len() != r.Len() {
+			return bad("ops[%d] (SEND to self) has %v×%d but its receive ops[%d] (RECV from self) has %v×%d: a self pair needs one dtype and length",
+				pr[0], s.DType(), s.Len(), pr[1], r.DType(), r.Len())
+		}
+	}
+	return nil
+}
+
+// SelfPairs pairs the sends to self (peers[i] == self, types[i] == OpSend)
+// of one batch with its receives from self by tag, in list order: the k-th
+// self send with tag t pairs with the k-th self receive with tag t. It
+// returns the pairs as [send index, recv index] and the index of the first
+// entry left unpaired, or -1. BatchP2P and the engines use it.
+func SelfPairs(self int, peers []int, types []OpType, tags []int) (pairs [][2]int, unpaired int) {
+	sends, recvs := map[int][]int{}, map[int][]int{}
+	for i, p := range peers {
+		if p != self {
+			continue
+		}
+		if types[i] == OpSend {
+			sends[tags[i]] = append(sends[tags[i]], i)
+		} else {
+			recvs[tags[i]] = append(recvs[tags[i]], i)
+		}
+	}
+	unpaired = -1
+	note := func(i int) {
+		if unpaired < 0 || i < unpaired {
+			unpaired = i
+		}
+	}
+	for tag, ss := range sends {
+		rs := recvs[tag]
+		for k, s := range ss {
+			if k < len(rs) {
+				pairs = append(pairs, [2]int{s, rs[k]})
+			} else {
+				note(s)
+			}
+		}
+		for _, r := range rs[min(len(ss), len(rs)):] {
+			note(r)
+		}
+	}
+	for tag, rs := range recvs {
+		if _, ok := sends[tag]; !ok {
+			note(rs[0])
+		}
+	}
+	slices.SortFunc(pairs, func(a, b [2]int) int { return a[0] - b[0] })
+	return pairs, unpaired
+}
+
+// WaitAll waits for every Work of works (e.g. BatchP2P's) and returns the
+// first error in list order, or ctx's error (torch: waiting on each
+// request of batch_isend_irecv). nil Works are skipped.
+func WaitAll(ctx context.Context, works []*Work) error {
+	var first error
+	for _, w := range works {
+		if w == nil {
+			continue
+		}
+		if err := w.Wait(ctx); err != nil && first == nil {
+			first = err
+			if ctx.Err() != nil {
+				return first
+			}
+		}
+	}
+	return first
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/ranktree/ranktree/store"
 )
 
 // DefaultTimeout is a process group's default op timeout (c10d's default
@@ -88,6 +90,10 @@ type GroupConfig struct {
 	Factory GroupFactory
 	// Timeout is the default per-op timeout.
 	Timeout time.Duration
+	// Store is the job's store (as BackendConfig.Store), used by
+	// MonitoredBarrier and by NewGroup with WithLocalSynchronization; nil
+	// makes those return ErrUnsupported.
+	Store store.Store
 	// Log is the logger (rank fields are added).
 	Log zerolog.Logger
 }
@@ -150,13 +156,16 @@ type ProcessGroup struct {
 	engine   string
 	device   bool // engine wants device buffers
 	factory  GroupFactory
+	store    store.Store
 	log      zerolog.Logger
 
-	timeout atomic.Int64 // nanoseconds
-	closed  atomic.Bool
+	timeout   atomic.Int64 // nanoseconds
+	closed    atomic.Bool
+	mbarriers atomic.Uint64 // MonitoredBarrier calls so far (their store keys count them)
 
-	mu       sync.Mutex // guards children
-	children int        // subgroups created (names are derived from it)
+	mu       sync.Mutex     // guards children and locals
+	children int            // subgroups created (names are derived from it)
+	locals   map[string]int // local-synchronization NewGroups per rank list or name
 	destroy  sync.Once
 	destErr  error
 }
@@ -179,6 +188,7 @@ func NewProcessGroup(cfg GroupConfig) (*ProcessGroup, error) {
 		engine:   cfg.Engine,
 		device:   cfg.Engine == "nccl",
 		factory:  cfg.Factory,
+		store:    cfg.Store,
 		log:      cfg.Log.With().Str("group", cfg.Name).Int("group_rank", cfg.Rank).Logger(),
 	}
 	for i, g := range pg.global {
@@ -310,12 +320,21 @@ func (pg *ProcessGroup) precheck(ctx context.Context, op OpType) *Work {
 //     *CanceledError (wrapping ctx.Err()) and aborts the communicator,
 //     since a collective cannot be left half-done.
 func (pg *ProcessGroup) submit(ctx context.Context, op *Op, opts []OpOption) *Work {
+	return pg.submitThen(ctx, op, opts, nil)
+}
+
+// submitThen is submit with then, if not nil, run once when the Work
+// completes (BatchP2P completes its per-op Works from it).
+func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption, then func(*Work)) *Work {
 	cfg := ApplyOpOptions(opts)
 	op.Timeout = cfg.Timeout
 	if op.Timeout <= 0 {
 		op.Timeout = pg.Timeout()
 	}
 	w := NewWork(op.Type)
+	if then != nil {
+		w.after = func() { then(w) }
+	}
 	if ctx != nil {
 		if dl, ok := ctx.Deadline(); ok {
 			if d := time.Until(dl); d < op.Timeout {
@@ -341,7 +360,12 @@ func (pg *ProcessGroup) submit(ctx context.Context, op *Op, opts []OpOption) *Wo
 				pg.launcher.Abort(err)
 				w.Complete(err)
 			})
-			w.after = func() { stop() }
+			w.after = func() {
+				stop()
+				if then != nil {
+					then(w)
+				}
+			}
 		}
 	}
 	pg.launcher.Submit(op, w)

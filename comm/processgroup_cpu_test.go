@@ -408,11 +408,14 @@ func checkBatchCoalesce(ctx context.Context, pg *comm.ProcessGroup) error {
 	next, prev := (r+1)%n, (r-1+n)%n
 	got := make([]float64, 4)
 	// Receive listed first on every rank: deadlock-free only as a batch.
-	w := pg.BatchP2P(ctx, []comm.P2POp{
+	works, err := pg.BatchP2P(ctx, []comm.P2POp{
 		{Op: comm.OpRecv, Buf: comm.HostBuffer(got), Peer: prev, Tag: 3},
 		{Op: comm.OpSend, Buf: comm.HostBuffer(fill(4, float64(r))), Peer: next, Tag: 3},
 	})
-	if err := w.Wait(ctx); err != nil {
+	if err != nil {
+		return err
+	}
+	if err := comm.WaitAll(ctx, works); err != nil {
 		return err
 	}
 	if err := allEqual(got, float64(prev)); err != nil {
@@ -420,7 +423,7 @@ func checkBatchCoalesce(ctx context.Context, pg *comm.ProcessGroup) error {
 	}
 	a, b := fill(3, int32(r)), fill(2, float32(1))
 	ag := make([]int32, 3*n)
-	w = pg.Coalesce(ctx, func(c *comm.Coalescer) error {
+	w := pg.Coalesce(ctx, func(c *comm.Coalescer) error {
 		return errors.Join(c.AllReduce(comm.HostBuffer(a), comm.Max), c.AllReduce(comm.HostBuffer(b), comm.Sum),
 			c.AllGatherInto(comm.HostBuffer(ag), comm.HostBuffer(fill(3, int32(r)))))
 	})
@@ -672,6 +675,52 @@ func checkMismatch(ctx context.Context, pg *comm.ProcessGroup) error {
 	return nil
 }
 
+// checkBatchP2PSelf: BatchP2P returns one Work per op, all sharing the
+// batch's P2P seq, receives reporting their peer; sends to self pair with
+// receives from self by tag in list order (NCCL allows self send/recv in a
+// group). With one rank the ring exchange is itself a self pair.
+func checkBatchP2PSelf(ctx context.Context, pg *comm.ProcessGroup) error {
+	n, r := pg.Size(), pg.Rank()
+	next, prev := (r+1)%n, (r-1+n)%n
+	ring, s1, s2a, s2b := make([]int64, 9), make([]float32, 4), make([]int64, 9), make([]int64, 9)
+	ops := []comm.P2POp{
+		{Op: comm.OpRecv, Buf: comm.HostBuffer(s1), Peer: r, Tag: 1},
+		{Op: comm.OpRecv, Buf: comm.HostBuffer(ring), Peer: prev, Tag: 0},
+		{Op: comm.OpSend, Buf: comm.HostBuffer(fill(9, int64(100+r))), Peer: r, Tag: 2},
+		{Op: comm.OpSend, Buf: comm.HostBuffer(fill(4, float32(10+r))), Peer: r, Tag: 1},
+		{Op: comm.OpSend, Buf: comm.HostBuffer(fill(9, int64(r))), Peer: next, Tag: 0},
+		{Op: comm.OpSend, Buf: comm.HostBuffer(fill(9, int64(200+r))), Peer: r, Tag: 2},
+		{Op: comm.OpRecv, Buf: comm.HostBuffer(s2a), Peer: r, Tag: 2},
+		{Op: comm.OpRecv, Buf: comm.HostBuffer(s2b), Peer: r, Tag: 2},
+	}
+	works, err := pg.BatchP2P(ctx, ops)
+	if err != nil {
+		return err
+	}
+	if len(works) != len(ops) {
+		return fmt.Errorf("BatchP2P returned %d Works for %d ops", len(works), len(ops))
+	}
+	if err := comm.WaitAll(ctx, works); err != nil {
+		return err
+	}
+	for i, w := range works {
+		src := -1
+		if ops[i].Op == comm.OpRecv {
+			src = ops[i].Peer
+		}
+		if w.OpType() != ops[i].Op || w.Seq() == 0 || w.Seq() != works[0].Seq() || w.Source() != src {
+			return fmt.Errorf("works[%d]: type %v seq %d (works[0] seq %d) source %d; want %v, one shared seq, source %d",
+				i, w.OpType(), w.Seq(), works[0].Seq(), w.Source(), ops[i].Op, src)
+		}
+	}
+	if err := errors.Join(allEqual(ring, int64(prev)), allEqual(s1, float32(10+r)), allEqual(s2a, int64(100+r)), allEqual(s2b, int64(200+r))); err != nil {
+		return fmt.Errorf("batch with self sends: %w", err)
+	}
+	// The group still runs collectives and P2P afterwards (nothing stray
+	// was left in a transport by the self pairs).
+	return checkBarrier(ctx, pg)
+}
+
 // rankChecks run on every rank, in this order, in-process (TestCPU) and as
 // separate processes (TestMultiProcess).
 var rankChecks = []struct {
@@ -687,9 +736,13 @@ var rankChecks = []struct {
 	{"Barrier", checkBarrier},
 	{"SendRecv", checkSendRecv},
 	{"BatchCoalesce", checkBatchCoalesce},
+	{"BatchP2PSelf", checkBatchP2PSelf},
+	{"MonitoredBarrier", checkMonitoredBarrier},
 	{"Objects", checkObjects},
 	{"ObjectList", checkObjectList},
 	{"Subgroups", checkSubgroups},
+	{"LocalGroups", checkLocalGroups},
+	{"NewSubgroups", checkNewSubgroups},
 	{"Mismatch", checkMismatch},
 }
 

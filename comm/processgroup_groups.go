@@ -14,6 +14,7 @@ type GroupOption func(*groupOptions)
 type groupOptions struct {
 	name    string
 	timeout time.Duration
+	local   bool // WithLocalSynchronization
 }
 
 // WithGroupName names the new group (torch new_group's group_desc); it must
@@ -58,6 +59,9 @@ func (pg *ProcessGroup) nonMember(name string, global []int, timeout time.Durati
 // wrapping ErrInvalidArgument. A member that never calls NewGroup makes
 // the others fail at the timeout (a *TimeoutError naming it). On a device
 // (NCCL) parent the exchange is not built yet and is skipped.
+//
+// With WithLocalSynchronization only the new group's members call it and
+// agree among themselves through the store (see that option).
 func (pg *ProcessGroup) NewGroup(ctx context.Context, ranks []int, opts ...GroupOption) (*ProcessGroup, error) {
 	if pg.closed.Load() {
 		return nil, fmt.Errorf("%w: NewGroup on group %q after Destroy", ErrClosed, pg.name)
@@ -67,6 +71,9 @@ func (pg *ProcessGroup) NewGroup(ctx context.Context, ranks []int, opts ...Group
 		if opt != nil {
 			opt(&o)
 		}
+	}
+	if o.local {
+		return pg.newGroupLocal(ctx, ranks, o)
 	}
 	n := pg.nextChild()
 	sorted := slices.Clone(ranks)
@@ -169,13 +176,20 @@ func (pg *ProcessGroup) Split(ctx context.Context, color, key int) (*ProcessGrou
 // differ. Device (NCCL) parents have no host collectives; there it checks
 // nothing.
 func (pg *ProcessGroup) agreeNewGroup(ctx context.Context, name string, sorted []int) error {
+	return pg.agreeArgs(ctx, fmt.Sprintf("NewGroup %q", name), fmt.Sprintf("%q %v", name, sorted))
+}
+
+// agreeArgs exchanges mine, the arguments of a group-creating call, with
+// every member of pg and fails, identically on every member, with a
+// *NewGroupMismatchError if they differ. On a device parent it checks
+// nothing.
+func (pg *ProcessGroup) agreeArgs(ctx context.Context, call, mine string) error {
 	if pg.device {
 		return nil
 	}
-	mine := fmt.Sprintf("%q %v", name, sorted)
 	all, err := pg.AllGatherBytes(ctx, []byte(mine))
 	if err != nil {
-		return fmt.Errorf("NewGroup %q on group %q: exchanging member lists: %w", name, pg.name, err)
+		return fmt.Errorf("%s on group %q: exchanging arguments: %w", call, pg.name, err)
 	}
 	same := true
 	for _, b := range all {

@@ -148,9 +148,17 @@ func TestCoalesceAndBatch(t *testing.T) {
 	if err := w.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	bw := pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpRecv, Buf: f32(2), Peer: 1, Tag: 1}, {Op: comm.OpSend, Buf: f32(2), Peer: 1, Tag: 2}})
-	if err := bw.Wait(ctx); err != nil {
+	bws, err := pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpRecv, Buf: f32(2), Peer: 1, Tag: 1}, {Op: comm.OpSend, Buf: f32(2), Peer: 1, Tag: 2}})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if err := comm.WaitAll(ctx, bws); err != nil {
+		t.Fatal(err)
+	}
+	bw := bws[0]
+	if len(bws) != 2 || bws[1].Seq() != bw.Seq() || bw.OpType() != comm.OpRecv || bws[1].OpType() != comm.OpSend || bw.Source() != 1 || bws[1].Source() != -1 {
+		t.Errorf("batch Works: %d, seqs %d %d, types %v %v, sources %d %d; want one per op sharing the seq, the receive's source 1",
+			len(bws), bw.Seq(), bws[1].Seq(), bw.OpType(), bws[1].OpType(), bw.Source(), bws[1].Source())
 	}
 	ops := rec.Ops()
 	if len(ops) != 3 {

@@ -119,15 +119,15 @@ func TestValidation(t *testing.T) {
 		{"send out of range", func() *comm.Work { return pg.ISend(ctx, f32(2), 4, 0) }, []string{"invalid destination rank 4", "[0, 4)"}},
 		{"recv out of range", func() *comm.Work { return pg.IRecv(ctx, f32(2), 7, 0) }, []string{"invalid source rank 7"}},
 		{"negative tag", func() *comm.Work { return pg.ISend(ctx, f32(2), 0, -3) }, []string{"invalid tag -3"}},
-		{"batch empty", func() *comm.Work { return pg.BatchP2P(ctx, nil) }, []string{"non-empty"}},
+		{"batch empty", func() *comm.Work { return batchWork(pg.BatchP2P(ctx, nil)) }, []string{"non-empty"}},
 		{"batch any source", func() *comm.Work {
-			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}, {Op: comm.OpRecv, Buf: f32(1), Peer: comm.AnySource}})
+			return batchWork(pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}, {Op: comm.OpRecv, Buf: f32(1), Peer: comm.AnySource}}))
 		}, []string{"invalid argument to BatchP2P", "ops[1] (RECV)", "AnySource is not allowed in a batch"}},
 		{"batch wrong op type", func() *comm.Work {
-			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}, {Op: comm.OpBroadcast, Buf: f32(1), Peer: 0}})
+			return batchWork(pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}, {Op: comm.OpBroadcast, Buf: f32(1), Peer: 0}}))
 		}, []string{"invalid argument to BatchP2P", "ops[1] (BROADCAST)", "op type is BROADCAST, expected SEND or RECV"}},
 		{"batch bad peer", func() *comm.Work {
-			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 9}})
+			return batchWork(pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 9}}))
 		}, []string{"invalid argument to BatchP2P", "ops[0] (SEND)", "invalid destination rank 9"}},
 		{"coalesce any source", func() *comm.Work {
 			return pg.Coalesce(ctx, func(c *comm.Coalescer) error {
@@ -230,8 +230,21 @@ func TestValidationDeviceEngine(t *testing.T) {
 	if _, _, err := pg.RecvObjectList(ctx, 1, 1); !errors.Is(err, comm.ErrUnsupported) {
 		t.Errorf("RecvObjectList on nccl: %v, want ErrUnsupported", err)
 	}
-	if l.n != 1 {
-		t.Errorf("launcher got %d ops, want 1", l.n)
+	// Self pairs in a batch: NCCL pairs them in list order, so a tag
+	// pairing that crosses the list order is refused; one that follows it
+	// is launched.
+	dev := func(p uintptr) comm.Buffer { return comm.DeviceBuffer(p, 4, comm.Float32, 0, 0) }
+	crossed := []comm.P2POp{{Op: comm.OpSend, Buf: dev(0x10), Peer: 0, Tag: 1}, {Op: comm.OpSend, Buf: dev(0x20), Peer: 0, Tag: 2},
+		{Op: comm.OpRecv, Buf: dev(0x30), Peer: 0, Tag: 2}, {Op: comm.OpRecv, Buf: dev(0x40), Peer: 0, Tag: 1}}
+	if _, err := pg.BatchP2P(ctx, crossed); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "pairs them in list order") {
+		t.Errorf("crossed self pairs on nccl: %v, want ErrInvalidArgument", err)
+	}
+	crossed[2].Tag, crossed[3].Tag = 1, 2
+	if _, err := pg.BatchP2P(ctx, crossed); err != nil {
+		t.Errorf("ordered self pairs on nccl: %v", err)
+	}
+	if l.n != 2 {
+		t.Errorf("launcher got %d ops, want 2", l.n)
 	}
 }
 
@@ -278,7 +291,7 @@ func TestGroupConfigValidate(t *testing.T) {
 func TestBatchP2PErrorNamesCall(t *testing.T) {
 	ctx := context.Background()
 	pg, _, _ := newRecorded(t, 0, 3)
-	err := pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpBroadcast, Buf: f32(1), Peer: 1}}).Err()
+	_, err := pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpBroadcast, Buf: f32(1), Peer: 1}})
 	var ae *comm.ArgError
 	if !errors.As(err, &ae) || !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Fatalf("BatchP2P with a BROADCAST entry: %v, want an *ArgError wrapping ErrInvalidArgument", err)
@@ -291,7 +304,8 @@ func TestBatchP2PErrorNamesCall(t *testing.T) {
 	}
 	for _, call := range []func() error{
 		func() error {
-			return pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpRecv, Buf: f32(1), Peer: comm.AnySource}}).Err()
+			_, err := pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpRecv, Buf: f32(1), Peer: comm.AnySource}})
+			return err
 		},
 		func() error {
 			return pg.Coalesce(ctx, func(c *comm.Coalescer) error { return c.Recv(f32(1), comm.AnySource, 0) }).Err()
@@ -309,6 +323,71 @@ func TestBatchP2PErrorNamesCall(t *testing.T) {
 	// out-of-range destination.
 	if err := pg.ISend(ctx, f32(1), comm.AnySource, 0).Err(); err == nil || !strings.Contains(err.Error(), "invalid destination rank -1") {
 		t.Errorf("ISend to -1: %v", err)
+	}
+}
+
+// TestBatchP2PSelfValidation: sends to and receives from self inside a
+// BatchP2P must pair by tag with equal dtype and length; otherwise the
+// call fails with an *ArgError headed BatchP2P naming the entry, and
+// nothing is launched. Outside a batch a send to self stays an error.
+func TestBatchP2PSelfValidation(t *testing.T) {
+	ctx := context.Background()
+	pg, rec, _ := newRecorded(t, 1, 3)
+	cases := []struct {
+		name string
+		ops  []comm.P2POp
+		want []string
+	}{
+		{"send without receive", []comm.P2POp{{Op: comm.OpSend, Buf: f32(2), Peer: 1, Tag: 4}},
+			[]string{"ops[0] (SEND) sends to rank 1 itself with tag 4", "no matching receive from self"}},
+		{"receive without send", []comm.P2POp{{Op: comm.OpSend, Buf: f32(2), Peer: 0}, {Op: comm.OpRecv, Buf: f32(2), Peer: 1, Tag: 3}},
+			[]string{"ops[1] (RECV) receives from rank 1 itself with tag 3", "no matching send to self"}},
+		{"tags differ", []comm.P2POp{{Op: comm.OpSend, Buf: f32(2), Peer: 1, Tag: 1}, {Op: comm.OpRecv, Buf: f32(2), Peer: 1, Tag: 2}},
+			[]string{"ops[0] (SEND) sends to rank 1 itself with tag 1"}},
+		{"two sends one receive", []comm.P2POp{{Op: comm.OpSend, Buf: f32(2), Peer: 1}, {Op: comm.OpRecv, Buf: f32(2), Peer: 1}, {Op: comm.OpSend, Buf: f32(2), Peer: 1}},
+			[]string{"ops[2] (SEND)"}},
+		{"length differs", []comm.P2POp{{Op: comm.OpRecv, Buf: f32(3), Peer: 1}, {Op: comm.OpSend, Buf: f32(2), Peer: 1}},
+			[]string{"ops[1] (SEND to self) has float32×2 but its receive ops[0] (RECV from self) has float32×3"}},
+		{"dtype differs", []comm.P2POp{{Op: comm.OpSend, Buf: f32(2), Peer: 1}, {Op: comm.OpRecv, Buf: i64(2), Peer: 1}},
+			[]string{"float32×2", "int64×2"}},
+	}
+	for _, tc := range cases {
+		works, err := pg.BatchP2P(ctx, tc.ops)
+		var ae *comm.ArgError
+		if works != nil || !errors.As(err, &ae) || !errors.Is(err, comm.ErrInvalidArgument) || ae.Call != "BatchP2P" {
+			t.Errorf("%s: works %v err %v, want no Works and an *ArgError headed BatchP2P", tc.name, works, err)
+			continue
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%s: error %q does not contain %q", tc.name, err, s)
+			}
+		}
+	}
+	if ops := rec.Ops(); len(ops) != 0 {
+		t.Fatalf("engine received %d ops for rejected batches", len(ops))
+	}
+	// A well-formed self pair is launched as one batch: the children keep
+	// the caller's rank as their peer.
+	works, err := pg.BatchP2P(ctx, []comm.P2POp{{Op: comm.OpRecv, Buf: f32(2), Peer: 1, Tag: 5}, {Op: comm.OpSend, Buf: f32(2), Peer: 1, Tag: 5}})
+	if err != nil || len(works) != 2 {
+		t.Fatalf("self pair: %v, %d works", err, len(works))
+	}
+	if err := comm.WaitAll(ctx, works); err != nil {
+		t.Fatal(err)
+	}
+	if ops := rec.Ops(); len(ops) != 1 || len(ops[0].Children) != 2 || ops[0].Children[0].Peer != 1 || ops[0].FP.Seq != 1 {
+		t.Fatalf("self pair launched as %d ops", len(ops))
+	}
+	if err := pg.ISend(ctx, f32(1), 1, 0).Err(); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("ISend to self outside a batch: %v, want ErrInvalidArgument", err)
+	}
+	// A closed group and an ended ctx give an error and no Works; a
+	// non-member gets completed Works.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if works, err := pg.BatchP2P(cctx, []comm.P2POp{{Op: comm.OpSend, Buf: f32(1), Peer: 0}}); works != nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("ended ctx: %v, %v", works, err)
 	}
 }
 
@@ -345,4 +424,13 @@ func TestObjectListValidation(t *testing.T) {
 	if n := len(rec.Ops()); n != 0 {
 		t.Fatalf("%d ops reached the engine", n)
 	}
+}
+
+// batchWork turns BatchP2P's result into one Work for the table of
+// rejections: the error, or the batch's first Work.
+func batchWork(works []*comm.Work, err error) *comm.Work {
+	if err != nil {
+		return comm.FailedWork(comm.OpCoalesced, err)
+	}
+	return works[0]
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/kernel"
 	"github.com/ranktree/ranktree/reducer"
 )
 
@@ -75,6 +76,9 @@ type Stats struct {
 	// CommTime is the part of SyncTime between the first bucket's launch
 	// and the end of EndBackward: the wait on the collectives, ns.
 	CommTime time.Duration
+	// Accumulated counts the Accumulate calls since Wrap (micro-steps
+	// whose gradients were kept for a later Sync).
+	Accumulated int64
 	// Reducer is the reducer's own statistics.
 	Reducer reducer.Stats
 }
@@ -87,6 +91,13 @@ type Model struct {
 	params []Param
 	vals   []comm.Buffer // ddp-owned host copies of the values: reducer.Param.Data
 	red    *reducer.Reducer
+
+	// acc holds the gradient sums kept by Accumulate (allocated on first
+	// use, one host buffer per parameter); accSteps counts the micro-steps
+	// in it since the last communicating Sync (0: acc holds nothing).
+	acc        []comm.Buffer
+	accScratch []comm.Buffer // Accumulate's staging copy (second and later micro-steps)
+	accSteps   int
 
 	mu     sync.Mutex
 	noSync bool
@@ -223,8 +234,14 @@ func (m *Model) Sync(ctx context.Context) error {
 	var firstLaunch time.Time
 	for i := len(m.params) - 1; i >= 0; i-- {
 		p := m.params[i]
-		if err := readInto(p.Grad, m.red.GradBuffer(i), p.Name, "gradient"); err != nil {
+		gb := m.red.GradBuffer(i)
+		if err := readInto(p.Grad, gb, p.Name, "gradient"); err != nil {
 			return err
+		}
+		if m.accSteps > 0 {
+			if err := kernel.Reduce(gb.Bytes(), m.acc[i].Bytes(), gb.DType(), comm.Sum); err != nil {
+				return fmt.Errorf("ddp: adding the accumulated gradient of %q: %w", p.Name, err)
+			}
 		}
 		if firstLaunch.IsZero() {
 			firstLaunch = time.Now()
@@ -239,6 +256,7 @@ func (m *Model) Sync(ctx context.Context) error {
 	if err := m.red.EndBackward(ctx); err != nil {
 		return err
 	}
+	m.accSteps = 0
 	commEnd := time.Now()
 	for i, p := range m.params {
 		if err := writeFrom(p.Grad, m.red.GradBuffer(i), p.Name, "gradient"); err != nil {
@@ -250,6 +268,75 @@ func (m *Model) Sync(ctx context.Context) error {
 	m.stats.SyncTime += time.Since(start)
 	m.stats.CommTime += commEnd.Sub(firstLaunch)
 	m.mu.Unlock()
+	return nil
+}
+
+// Accumulate keeps this micro-step's gradients (read through Grad) for
+// the next communicating Sync, which adds them to the gradients it reads:
+// gradient accumulation for frameworks whose backward overwrites the
+// gradients instead of adding to them, as Gorgonia's RunAll and GoMLX's
+// gradient graph do (torch accumulates into .grad by itself). The DDP
+// pattern is
+//
+//	m.NoSync(func() error {
+//		for each micro-batch but the last: backward; m.Accumulate()
+//	})
+//	backward on the last micro-batch; m.Sync(ctx)    // sum of all micro-steps, averaged over ranks
+//
+// As with torch's no_sync, Sync reduces the sum of the micro-steps'
+// gradients: scale the loss (or the learning rate) by 1/micro-steps for a
+// mean. Accumulate works inside NoSync or outside it and never
+// communicates. The kept sums cost one host copy of the gradients,
+// allocated at the first call (a second, staging copy from the second
+// micro-step on); a communicating Sync empties them.
+//
+// Errors: those of Grad callbacks (a gradient of the wrong dtype or
+// length is comm.ErrInvalidArgument); on error the kept sums are left as
+// they were before the call.
+func (m *Model) Accumulate() error {
+	if m.acc == nil {
+		m.acc = newGradBuffers(m.params)
+	}
+	if m.accSteps == 0 { // the first micro-step reads straight into the sums
+		if err := m.readGrads(m.acc); err != nil {
+			return err
+		}
+	} else {
+		// Read every gradient before adding any, so that a failing
+		// callback leaves the kept sums unchanged.
+		if m.accScratch == nil {
+			m.accScratch = newGradBuffers(m.params)
+		}
+		if err := m.readGrads(m.accScratch); err != nil {
+			return err
+		}
+		for i, b := range m.accScratch {
+			if err := kernel.Reduce(m.acc[i].Bytes(), b.Bytes(), b.DType(), comm.Sum); err != nil {
+				return fmt.Errorf("ddp: accumulating the gradient of %q: %w", m.params[i].Name, err)
+			}
+		}
+	}
+	m.accSteps++
+	m.mu.Lock()
+	m.stats.Accumulated++
+	m.mu.Unlock()
+	return nil
+}
+
+func newGradBuffers(params []Param) []comm.Buffer {
+	bufs := make([]comm.Buffer, len(params))
+	for i, p := range params {
+		bufs[i] = comm.NewHostBuffer(p.dtype(), p.Numel())
+	}
+	return bufs
+}
+
+func (m *Model) readGrads(dst []comm.Buffer) error {
+	for i, p := range m.params {
+		if err := readInto(p.Grad, dst[i], p.Name, "gradient"); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -246,6 +246,132 @@ func TestNoSyncAccumulates(t *testing.T) {
 	}
 }
 
+// TestAccumulateOverwritingFramework: a framework whose backward
+// overwrites the gradients (Gorgonia, GoMLX) keeps two micro-steps with
+// Accumulate under NoSync; the Sync of the third reduces the sum of all
+// three, averaged over ranks, and empties the kept sums, so the next
+// step's Sync averages only its own gradients.
+func TestAccumulateOverwritingFramework(t *testing.T) {
+	for _, n := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			pgs := world(t, n)
+			ctx := ctxT(t)
+			err := testrank.Ranks(n, 60*time.Second, func(r int) error {
+				ts := model(r)
+				m, err := ddp.Wrap(ctx, pgs[r], params(ts), ddp.Config{})
+				if err != nil {
+					return err
+				}
+				backward := func(micro int) { // overwrites: g = 10·r + micro + i
+					for _, x := range ts {
+						x.grad = make([]float32, len(x.val))
+						for i := range x.grad {
+							x.grad[i] = float32(10*r + micro + i)
+						}
+					}
+				}
+				if err := m.NoSync(func() error {
+					for micro := range 2 {
+						backward(micro)
+						if err := m.Accumulate(); err != nil {
+							return err
+						}
+						if err := m.Sync(ctx); err != nil { // does nothing under NoSync
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+				backward(2)
+				if err := m.Sync(ctx); err != nil {
+					return err
+				}
+				// rank r's sum: 30·r + 3 + 3i; mean over ranks: 15(n-1) + 3 + 3i
+				check := func(want func(i int) float32) error {
+					for _, x := range ts {
+						for i, g := range x.grad {
+							if g != want(i) {
+								return fmt.Errorf("%s grad[%d] = %v, want %v", x.name, i, g, want(i))
+							}
+						}
+					}
+					return nil
+				}
+				if err := check(func(i int) float32 { return float32(15*(n-1) + 3 + 3*i) }); err != nil {
+					return err
+				}
+				backward(5) // next step, no accumulation: mean of 10r + 5 + i
+				if err := m.Sync(ctx); err != nil {
+					return err
+				}
+				if err := check(func(i int) float32 { return float32(5*(n-1) + 5 + i) }); err != nil {
+					return fmt.Errorf("the step after: %w", err)
+				}
+				if s := m.Stats(); s.Accumulated != 2 || s.Syncs != 2 {
+					return fmt.Errorf("Accumulated, Syncs = %d, %d, want 2, 2", s.Accumulated, s.Syncs)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestAccumulateErrorKeepsSums: a Grad callback that fails during the
+// second Accumulate leaves the first micro-step's sums intact: the Sync
+// that follows reduces exactly them plus its own gradients.
+func TestAccumulateErrorKeepsSums(t *testing.T) {
+	pgs := world(t, 1)
+	ctx := ctxT(t)
+	ts := model(0)
+	ps := params(ts)
+	fail := false
+	inner := ps[1].Grad
+	ps[1].Grad = func(fn func(comm.Buffer)) error {
+		if fail {
+			return errors.New("framework lost the gradient")
+		}
+		return inner(fn)
+	}
+	m, err := ddp.Wrap(ctx, pgs[0], ps, ddp.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(v float32) {
+		for _, x := range ts {
+			x.grad = make([]float32, len(x.val))
+			for i := range x.grad {
+				x.grad[i] = v
+			}
+		}
+	}
+	set(1)
+	if err := m.Accumulate(); err != nil {
+		t.Fatal(err)
+	}
+	set(100)
+	fail = true
+	if err := m.Accumulate(); err == nil || !strings.Contains(err.Error(), "lost the gradient") {
+		t.Fatalf("Accumulate with a failing callback: %v", err)
+	}
+	fail = false
+	set(2)
+	if err := m.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range ts {
+		for i, g := range x.grad {
+			if g != 3 {
+				t.Fatalf("%s grad[%d] = %v, want 1+2 = 3", x.name, i, g)
+			}
+		}
+	}
+}
+
 // TestJoinUnevenInputs: rank 1 runs out of data after 1 step, rank 0
 // takes 3; both end with rank 0's final values and no hang.
 func TestJoinUnevenInputs(t *testing.T) {

@@ -39,6 +39,10 @@
 //  4. Eval with any GoMLX Dataset and eval metrics (train.Trainer's Eval on
 //     the same variables).
 //
+// Gradient accumulation: TrainStep inside Model().NoSync keeps the
+// micro-step's gradients instead of stepping (see TrainStep); Wrap makes
+// Model() usable before the first step.
+//
 // Train metrics returned by TrainStep are this rank's (computed on its
 // local batch); the loss is this rank's local mean.
 package gomlx
@@ -89,11 +93,12 @@ type Trainer struct {
 
 // Times are a Trainer's accumulated step phases (wall time).
 type Times struct {
-	// Steps counts TrainStep calls.
+	// Steps counts the TrainStep calls that updated the variables (the
+	// micro-steps kept under NoSync are Model().Stats().Accumulated).
 	Steps int64
 	// Forward is the time in graph 1 (model, loss, gradients), Sync in
-	// ddp.Model.Sync (host copies and allreduces), Apply in graph 2 (the
-	// optimizer).
+	// ddp.Model.Sync (host copies and allreduces) and ddp.Model.Accumulate,
+	// Apply in graph 2 (the optimizer).
 	Forward, Sync, Apply time.Duration
 }
 
@@ -226,6 +231,32 @@ func (t *Trainer) runGrad(spec any, inputs, labels []*tensors.Tensor) ([]*tensor
 	return ge.exec.Exec(args...)
 }
 
+// Wrap makes the model's variables exist and wraps them, without
+// training: it builds and runs graph 1 once on the batch (whose gradients
+// it discards: they come from this rank's own initial values), then
+// ddp.Wrap checks the trainable variables across ranks and broadcasts
+// rank 0's values into them. It is a collective. The first TrainStep
+// calls it; call it yourself to use Model() (NoSync from the first step
+// on, BroadcastState, Stats) before training. Later calls do nothing.
+//
+// Errors: GoMLX's graph errors; comm.ErrInvalidArgument for a model
+// without trainable variables or with a non-float variable; ddp.Wrap's
+// (a *ddp.MismatchError on every rank when the ranks' variables differ).
+func (t *Trainer) Wrap(spec any, inputs, labels []*tensors.Tensor) error {
+	if t.model != nil {
+		return nil
+	}
+	if len(inputs) == 0 {
+		return fmt.Errorf("%w: adapters/gomlx: Wrap without inputs", comm.ErrInvalidArgument)
+	}
+	outs, err := t.runGrad(spec, inputs, labels)
+	if err != nil {
+		return err
+	}
+	finalize(outs)
+	return t.wrap()
+}
+
 // wrap registers the trainable variables with ddp (a collective).
 func (t *Trainer) wrap() error {
 	if len(t.vars) == 0 {
@@ -298,32 +329,34 @@ func access(x *tensors.Tensor, fn func(comm.Buffer)) error {
 // is also the collective that wraps the model (see the package doc). The
 // tensors in inputs and labels are not finalized.
 //
+// Gradient accumulation (DDP no_sync): inside Model().NoSync, TrainStep
+// runs graph 1 only and keeps the gradients (ddp.Model.Accumulate); it
+// neither communicates nor applies the optimizer. The next TrainStep
+// outside NoSync adds the kept gradients to its own, averages the sum
+// across ranks and applies it once:
+//
+//	trainer.Model().NoSync(func() error { // after the first TrainStep
+//		for each micro-batch but the last: trainer.TrainStep(...)
+//	})
+//	trainer.TrainStep(last micro-batch)    // one update on the sum of the micro-steps
+//
+// As with torch's no_sync the update uses the sum of the micro-steps'
+// gradients: scale the learning rate (or the loss) by 1/micro-steps for
+// their mean.
+//
 // Errors: graph build/execution errors from GoMLX; ddp and reducer errors
-// (after which the Trainer is unusable: tear the job down);
-// comm.ErrUnsupported inside Model().NoSync (gradient accumulation across
-// TrainSteps is not supported by this adapter).
+// (after which the Trainer is unusable: tear the job down).
 func (t *Trainer) TrainStep(spec any, inputs, labels []*tensors.Tensor) ([]*tensors.Tensor, error) {
 	if len(inputs) == 0 {
 		return nil, fmt.Errorf("%w: adapters/gomlx: TrainStep without inputs", comm.ErrInvalidArgument)
 	}
-	if t.model != nil && t.model.InNoSync() {
-		return nil, fmt.Errorf("%w: adapters/gomlx: TrainStep applies the optimizer after averaging; inside NoSync it would apply this rank's own gradients", comm.ErrUnsupported)
-	}
 	start := time.Now()
+	if err := t.Wrap(spec, inputs, labels); err != nil {
+		return nil, err
+	}
 	outs, err := t.runGrad(spec, inputs, labels)
 	if err != nil {
 		return nil, err
-	}
-	if t.model == nil {
-		if err := t.wrap(); err != nil {
-			return nil, err
-		}
-		// The gradients above came from this rank's own initial values:
-		// recompute them on rank 0's.
-		finalize(outs)
-		if outs, err = t.runGrad(spec, inputs, labels); err != nil {
-			return nil, err
-		}
 	}
 	n := len(t.vars)
 	if len(outs) < 1+n {
@@ -331,6 +364,17 @@ func (t *Trainer) TrainStep(spec any, inputs, labels []*tensors.Tensor) ([]*tens
 	}
 	t.grads = outs[1 : 1+n]
 	fwd := time.Now()
+	if t.model.InNoSync() {
+		err := t.model.Accumulate()
+		finalize(t.grads)
+		t.grads = nil
+		t.times.Forward += fwd.Sub(start)
+		t.times.Sync += time.Since(fwd)
+		if err != nil {
+			return nil, err
+		}
+		return append([]*tensors.Tensor{outs[0]}, outs[1+n:]...), nil
+	}
 	if err := t.model.Sync(t.sctx); err != nil {
 		return nil, err
 	}

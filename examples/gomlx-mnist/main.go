@@ -33,20 +33,9 @@ package main
 
 import (
 	stdctx "context"
-	"encoding/binary"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"math"
 	"os"
-	"os/signal"
-	"runtime"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gomlx/gomlx/backends/simplego" // the pure-Go backend only: XLA would download its plugin
@@ -58,85 +47,18 @@ import (
 	"github.com/gomlx/gomlx/pkg/ml/train/losses"
 	"github.com/gomlx/gomlx/pkg/ml/train/metrics"
 	"github.com/gomlx/gomlx/pkg/ml/train/optimizers"
-	"github.com/schollz/progressbar/v3"
 
 	rtgomlx "github.com/ranktree/ranktree/adapters/gomlx"
 	"github.com/ranktree/ranktree/ddp"
+	"github.com/ranktree/ranktree/examples/internal/mnistdata"
+	"github.com/ranktree/ranktree/examples/internal/mnistjob"
 )
-
-type options struct {
-	epochs, batch, trainLimit, threads int
-	lr                                 float64
-	seed                               uint64
-	dataDir, jsonOut                   string
-}
-
-func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("gomlx-mnist", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.IntVar(&o.epochs, "epochs", 3, "passes over the training set")
-	fs.IntVar(&o.batch, "batch-size", 128, "global batch size (a multiple of the world size)")
-	fs.Float64Var(&o.lr, "lr", 0.001, "Adam learning rate")
-	fs.Uint64Var(&o.seed, "seed", 1, "shuffle and initialisation seed")
-	fs.IntVar(&o.trainLimit, "train-limit", 0, "train on the first N samples (0: all)")
-	fs.IntVar(&o.threads, "threads", 0, "simplego parallelism and GOMAXPROCS per rank (0: CPUs / local ranks)")
-	fs.StringVar(&o.dataDir, "data-dir", "", "folder with the MNIST .gz files (default: module cache)")
-	fs.StringVar(&o.jsonOut, "json-out", "", `write metrics as JSON ("{rank}": every rank)`)
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	switch {
-	case o.epochs < 1:
-		return o, fmt.Errorf("gomlx-mnist: --epochs %d, want ≥ 1", o.epochs)
-	case o.batch < 1:
-		return o, fmt.Errorf("gomlx-mnist: --batch-size %d, want ≥ 1", o.batch)
-	case o.lr <= 0:
-		return o, fmt.Errorf("gomlx-mnist: --lr %v, want > 0", o.lr)
-	case o.threads < 0 || o.trainLimit < 0:
-		return o, errors.New("gomlx-mnist: --threads and --train-limit must be ≥ 0")
-	}
-	return o, nil
-}
-
-// report is the --json-out document.
-type report struct {
-	Rank           int     `json:"rank"`
-	WorldSize      int     `json:"world_size"`
-	GlobalBatch    int     `json:"global_batch"`
-	Epochs         int     `json:"epochs"`
-	Steps          int     `json:"steps"`
-	Threads        int     `json:"threads"`
-	TrainSamples   int     `json:"train_samples"`
-	Accuracy       float64 `json:"accuracy"`
-	SamplesPerSec  float64 `json:"samples_per_sec"` // global samples per second of training
-	TrainSeconds   float64 `json:"train_seconds"`
-	ForwardSeconds float64 `json:"forward_seconds"` // graph 1: model, loss, gradients
-	SyncSeconds    float64 `json:"sync_seconds"`    // ddp Sync (copies + allreduce)
-	ApplySeconds   float64 `json:"apply_seconds"`   // graph 2: optimizer
-	CommFraction   float64 `json:"comm_fraction"`   // sync_seconds / train_seconds
-	FinalLoss      float64 `json:"final_loss"`
-	ParamHash      string  `json:"param_hash"`
-}
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	o, err := parseFlags(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(stdctx.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := trainMNIST(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "gomlx-mnist:", err)
-		return 1
-	}
-	return 0
+	fs, o := mnistjob.NewFlagSet("gomlx-mnist", 0.001, "Adam learning rate", "simplego parallelism and GOMAXPROCS per rank (0: CPUs / local ranks)")
+	return mnistjob.Main(fs, o, args, func(ctx stdctx.Context) error { return trainMNIST(ctx, o) })
 }
 
 // mlp is the model function: 784-256-128-10 with ReLU, returning logits.
@@ -144,7 +66,7 @@ func mlp(ctx *context.Context, _ any, inputs []*graph.Node) []*graph.Node {
 	ctx = ctx.In("model")
 	h := activations.Relu(layers.Dense(ctx.In("fc1"), inputs[0], true, 256))
 	h = activations.Relu(layers.Dense(ctx.In("fc2"), h, true, 128))
-	return []*graph.Node{layers.Dense(ctx.In("fc3"), h, true, classes)}
+	return []*graph.Node{layers.Dense(ctx.In("fc3"), h, true, mnistdata.NumClasses)}
 }
 
 // shardDataset is a train.Dataset over one rank's shard of a split: local
@@ -152,7 +74,7 @@ func mlp(ctx *context.Context, _ any, inputs []*graph.Node) []*graph.Node {
 // the end of the epoch.
 type shardDataset struct {
 	name    string
-	set     *dataset
+	set     *mnistdata.Set
 	idx     []int
 	batch   int
 	pos     int
@@ -177,160 +99,94 @@ func (d *shardDataset) Yield() (any, []*tensors.Tensor, []*tensors.Tensor, error
 	if n <= 0 || (d.sampler != nil && n < d.batch) { // training drops a partial last batch
 		return nil, nil, nil, io.EOF
 	}
-	x := make([]float32, n*pixels)
+	x, labels := d.set.Gather(d.idx[d.pos:d.pos+n], make([]float32, n*mnistdata.Pixels), make([]uint8, n))
 	y := make([]int32, n)
-	for i, s := range d.idx[d.pos : d.pos+n] {
-		copy(x[i*pixels:(i+1)*pixels], d.set.x[s*pixels:(s+1)*pixels])
-		y[i] = int32(d.set.y[s])
+	for i, l := range labels {
+		y[i] = int32(l)
 	}
 	d.pos += n
-	return nil, []*tensors.Tensor{tensors.FromFlatDataAndDimensions(x, n, pixels)},
+	return nil, []*tensors.Tensor{tensors.FromFlatDataAndDimensions(x, n, mnistdata.Pixels)},
 		[]*tensors.Tensor{tensors.FromFlatDataAndDimensions(y, n, 1)}, nil
 }
 
-func trainMNIST(ctx stdctx.Context, o options) error {
+func trainMNIST(ctx stdctx.Context, o *mnistjob.Options) error {
 	rt, err := ddp.Init(ctx) // ranktree: join the job (or run as one process)
 	if err != nil {
 		return err
 	}
 	defer rt.Close(stdctx.WithoutCancel(ctx)) // ranktree: leave it
 
-	rank, size := rt.Rank(), rt.WorldSize()
-	threads := o.threads
-	if threads == 0 {
-		threads = max(1, runtime.NumCPU()/max(1, rt.LocalWorldSize()))
-	}
-	runtime.GOMAXPROCS(threads)
-	if o.batch%size != 0 {
-		return fmt.Errorf("--batch-size %d is not a multiple of the world size %d", o.batch, size)
-	}
-	local := o.batch / size
-	trainSet, testSet, err := loadMNIST(o.dataDir)
+	job, err := o.Setup(rt.Rank(), rt.WorldSize(), rt.LocalWorldSize())
 	if err != nil {
 		return err
 	}
-	trainSet = trainSet.head(o.trainLimit)
-
-	backend, err := simplego.New(fmt.Sprintf("parallelism=%d", threads))
+	local := job.LocalBatch
+	backend, err := simplego.New(fmt.Sprintf("parallelism=%d", job.Threads))
 	if err != nil {
 		return err
 	}
 	mlctx := context.New()
-	if err := mlctx.SetRNGStateFromSeed(int64(o.seed)); err != nil {
+	if err := mlctx.SetRNGStateFromSeed(int64(o.Seed)); err != nil {
 		return err
 	}
 	accuracy := metrics.NewSparseCategoricalAccuracy("Mean Accuracy", "#acc")
 	trainer, err := rtgomlx.NewTrainer(ctx, rt.World(), ddp.Config{}, // ranktree: in place of train.NewTrainer(
 		backend, mlctx, mlp, losses.SparseCategoricalCrossEntropyLogits,
-		optimizers.Adam().LearningRate(o.lr).Done(), nil, []metrics.Interface{accuracy})
+		optimizers.Adam().LearningRate(o.LR).Done(), nil, []metrics.Interface{accuracy})
 	if err != nil {
 		return err
 	}
-	sampler, err := ddp.NewDistributedSampler(ddp.SamplerConfig{Len: trainSet.len(), Rank: rank, Size: size, Shuffle: true, Seed: o.seed, DropLast: true}) // ranktree: this rank's shard
+	sampler, err := ddp.NewDistributedSampler(ddp.SamplerConfig{Len: job.Train.Len(), Rank: rt.Rank(), Size: rt.WorldSize(), Shuffle: true, Seed: o.Seed, DropLast: true}) // ranktree: this rank's shard
 	if err != nil {
 		return err
 	}
-	trainDS := &shardDataset{name: "mnist-train", set: trainSet, batch: local, sampler: sampler}
+	trainDS := &shardDataset{name: "mnist-train", set: job.Train, batch: local, sampler: sampler}
 
+	steps, lastLoss := 0, 0.0
 	start := time.Now()
-	steps, lastLoss, err := trainEpochs(ctx, o, trainer, trainDS, rank, local)
-	if err != nil {
-		return err
-	}
-	trainSecs := time.Since(start).Seconds()
-	tm := trainer.Times()
-
-	acc, err := testAccuracy(trainer, testSet)
-	if err != nil {
-		return err
-	}
-	hash, err := paramHash(mlctx)
-	if err != nil {
-		return err
-	}
-	rep := report{
-		Rank: rank, WorldSize: size, GlobalBatch: o.batch, Epochs: o.epochs, Steps: steps, Threads: threads,
-		TrainSamples: trainSet.len(), Accuracy: acc, TrainSeconds: trainSecs,
-		SamplesPerSec:  float64(steps*o.batch) / trainSecs,
-		ForwardSeconds: tm.Forward.Seconds(), SyncSeconds: tm.Sync.Seconds(), ApplySeconds: tm.Apply.Seconds(),
-		CommFraction: tm.Sync.Seconds() / trainSecs, FinalLoss: lastLoss, ParamHash: hash,
-	}
-	if rank == 0 {
-		fmt.Printf("test accuracy %.2f%% | %d ranks × %d threads, global batch %d, %d steps | %.0f samples/s | sync %.1f%% of training | train %.1fs | params fnv64a %s\n",
-			100*acc, size, threads, o.batch, steps, rep.SamplesPerSec, 100*rep.CommFraction, trainSecs, rep.ParamHash)
-	}
-	if path := o.jsonOut; path != "" && (rank == 0 || strings.Contains(path, "{rank}")) {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(strings.ReplaceAll(path, "{rank}", strconv.Itoa(rank)), append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// trainEpochs runs o.epochs epochs of trainer over this rank's shard
-// (local samples per step) and returns the steps taken and the last loss.
-func trainEpochs(ctx stdctx.Context, o options, trainer *rtgomlx.Trainer, trainDS *shardDataset, rank, local int) (steps int, lastLoss float64, err error) {
-	for epoch := 0; epoch < o.epochs; epoch++ {
+	for epoch := 0; epoch < o.Epochs; epoch++ {
 		trainDS.Reset()
-		nb := len(trainDS.idx) / local
-		bar := epochBar(rank, nb*o.batch, epoch, o.epochs)
-		epochStart := time.Now()
+		bar := job.NewBar(o, epoch, len(trainDS.idx)/local)
 		n, err := trainer.Train(trainDS, func(step int, mets []*tensors.Tensor) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			lastLoss = float64(tensors.ToScalar[float32](mets[0]))
-			if bar != nil {
-				rate := float64(step*o.batch) / time.Since(epochStart).Seconds()
-				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %6.0f samples/s", epoch+1, o.epochs, lastLoss, rate))
-				_ = bar.Add(o.batch)
-			}
+			bar.Step(lastLoss)
 			return nil
 		})
 		steps += n
 		if err != nil {
-			return steps, lastLoss, err
+			return err
 		}
-		if bar != nil {
-			_ = bar.Finish()
-		}
+		bar.Finish()
 	}
-	return steps, lastLoss, nil
-}
+	trainSecs := time.Since(start).Seconds()
+	tm := trainer.Times()
 
-// testAccuracy evaluates trainer's model on the whole test set, 1000
-// images at a time.
-func testAccuracy(trainer *rtgomlx.Trainer, testSet *dataset) (float64, error) {
-	testIdx := make([]int, testSet.len())
+	testIdx := make([]int, job.Test.Len())
 	for i := range testIdx {
 		testIdx[i] = i
 	}
-	evalRes, err := trainer.Eval(&shardDataset{name: "mnist-test", set: testSet, idx: testIdx, batch: 1000})
+	evalRes, err := trainer.Eval(&shardDataset{name: "mnist-test", set: job.Test, idx: testIdx, batch: 1000})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	return float64(tensors.ToScalar[float32](evalRes[len(evalRes)-1])), nil
-}
-
-// epochBar is rank 0's progress bar over n samples of one epoch (nil on
-// other ranks).
-func epochBar(rank, n, epoch, epochs int) *progressbar.ProgressBar {
-	if rank != 0 {
-		return nil
+	rep := job.NewReport(o, steps, trainSecs)
+	rep.Accuracy = float64(tensors.ToScalar[float32](evalRes[len(evalRes)-1]))
+	rep.FinalLoss = lastLoss
+	rep.ForwardSeconds, rep.SyncSeconds, rep.ApplySeconds = tm.Forward.Seconds(), tm.Sync.Seconds(), tm.Apply.Seconds()
+	rep.CommFraction = tm.Sync.Seconds() / trainSecs
+	if rep.ParamHash, err = paramHash(mlctx); err != nil {
+		return err
 	}
-	return progressbar.NewOptions(n, progressbar.OptionSetWriter(os.Stderr),
-		progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, epochs)),
-		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
+	return rep.Emit(o)
 }
 
 // paramHash is an FNV-64a hash of every trainable variable's float32 bits
 // in the context's order, so ranks can be compared.
 func paramHash(c *context.Context) (string, error) {
-	h := fnv.New64a()
-	var b [4]byte
+	h := mnistjob.NewParamHash()
 	for v := range c.IterVariables() {
 		if !v.Trainable {
 			continue
@@ -339,10 +195,7 @@ func paramHash(c *context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		for _, x := range tensors.MustCopyFlatData[float32](val) {
-			binary.LittleEndian.PutUint32(b[:], math.Float32bits(x))
-			h.Write(b[:])
-		}
+		h.Add(tensors.MustCopyFlatData[float32](val))
 	}
-	return fmt.Sprintf("%016x", h.Sum64()), nil
+	return h.String(), nil
 }

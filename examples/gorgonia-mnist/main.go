@@ -32,103 +32,31 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"hash/fnv"
-	"io"
-	"math"
 	"os"
-	"os/signal"
-	"runtime"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	rtgorgonia "github.com/ranktree/ranktree/adapters/gorgonia"
 	"github.com/ranktree/ranktree/ddp"
+	"github.com/ranktree/ranktree/examples/internal/mnistdata"
+	"github.com/ranktree/ranktree/examples/internal/mnistjob"
 )
 
-type options struct {
-	epochs, batch, trainLimit, threads int
-	lr, momentum                       float64
-	seed                               uint64
-	dataDir, jsonOut                   string
-}
-
-func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
-	fs := flag.NewFlagSet("gorgonia-mnist", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.IntVar(&o.epochs, "epochs", 3, "passes over the training set")
-	fs.IntVar(&o.batch, "batch-size", 128, "global batch size (a multiple of the world size)")
-	fs.Float64Var(&o.lr, "lr", 0.02, "learning rate")
-	fs.Float64Var(&o.momentum, "momentum", 0.9, "momentum")
-	fs.Uint64Var(&o.seed, "seed", 1, "shuffle seed")
-	fs.IntVar(&o.trainLimit, "train-limit", 0, "train on the first N samples (0: all)")
-	fs.IntVar(&o.threads, "threads", 0, "GOMAXPROCS per rank (0: CPUs / local ranks)")
-	fs.StringVar(&o.dataDir, "data-dir", "", "folder with the MNIST .gz files (default: module cache)")
-	fs.StringVar(&o.jsonOut, "json-out", "", `write metrics as JSON ("{rank}": every rank)`)
-	if err := fs.Parse(args); err != nil {
-		return o, err
-	}
-	switch {
-	case o.epochs < 1:
-		return o, fmt.Errorf("gorgonia-mnist: --epochs %d, want ≥ 1", o.epochs)
-	case o.batch < 1:
-		return o, fmt.Errorf("gorgonia-mnist: --batch-size %d, want ≥ 1", o.batch)
-	case o.lr <= 0:
-		return o, fmt.Errorf("gorgonia-mnist: --lr %v, want > 0", o.lr)
-	case o.threads < 0 || o.trainLimit < 0:
-		return o, errors.New("gorgonia-mnist: --threads and --train-limit must be ≥ 0")
-	}
-	return o, nil
-}
-
-// report is the --json-out document.
-type report struct {
-	Rank          int     `json:"rank"`
-	WorldSize     int     `json:"world_size"`
-	GlobalBatch   int     `json:"global_batch"`
-	Epochs        int     `json:"epochs"`
-	Steps         int     `json:"steps"`
-	Threads       int     `json:"threads"`
-	TrainSamples  int     `json:"train_samples"`
-	Accuracy      float64 `json:"accuracy"`
-	SamplesPerSec float64 `json:"samples_per_sec"` // global samples per second of training
-	TrainSeconds  float64 `json:"train_seconds"`
-	SyncSeconds   float64 `json:"sync_seconds"`  // inside ddp Sync (copies + allreduce)
-	CommSeconds   float64 `json:"comm_seconds"`  // waiting on the allreduces
-	CommFraction  float64 `json:"comm_fraction"` // sync_seconds / train_seconds
-	FinalLoss     float64 `json:"final_loss"`
-	ParamHash     string  `json:"param_hash"`
-}
+// The MNIST image size (28×28 pixels) and the number of classes.
+const (
+	pixels  = mnistdata.Pixels
+	classes = mnistdata.NumClasses
+)
 
 func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
-	o, err := parseFlags(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := train(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "gorgonia-mnist:", err)
-		return 1
-	}
-	return 0
+	fs, o := mnistjob.NewFlagSet("gorgonia-mnist", 0.02, "learning rate", "GOMAXPROCS per rank (0: CPUs / local ranks)")
+	momentum := fs.Float64("momentum", 0.9, "momentum")
+	return mnistjob.Main(fs, o, args, func(ctx context.Context) error { return train(ctx, o, *momentum) })
 }
 
 // mlp is the 784-256-128-10 network for one batch size.
@@ -193,35 +121,24 @@ func newMLP(batch int) (*mlp, error) {
 	return m, nil
 }
 
-func train(ctx context.Context, o options) error {
+func train(ctx context.Context, o *mnistjob.Options, momentum float64) error {
 	rt, err := ddp.Init(ctx) // ranktree: join the job (or run as one process)
 	if err != nil {
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx)) // ranktree: leave it
 
-	rank, size := rt.Rank(), rt.WorldSize()
-	threads := o.threads
-	if threads == 0 {
-		threads = max(1, runtime.NumCPU()/max(1, rt.LocalWorldSize()))
-	}
-	runtime.GOMAXPROCS(threads)
-	if o.batch%size != 0 {
-		return fmt.Errorf("--batch-size %d is not a multiple of the world size %d", o.batch, size)
-	}
-	local := o.batch / size
-	trainSet, testSet, err := loadMNIST(o.dataDir)
+	job, err := o.Setup(rt.Rank(), rt.WorldSize(), rt.LocalWorldSize())
 	if err != nil {
 		return err
 	}
-	trainSet = trainSet.head(o.trainLimit)
-
+	local := job.LocalBatch
 	m, err := newMLP(local)
 	if err != nil {
 		return err
 	}
 	defer m.vm.Close()
-	solver := G.Solver(G.NewMomentum(G.WithLearnRate(o.lr), G.WithMomentum(o.momentum)))
+	solver := G.Solver(G.NewMomentum(G.WithLearnRate(o.LR), G.WithMomentum(momentum)))
 
 	dp, err := rtgorgonia.Wrap(ctx, rt.World(), m.learnables, ddp.Config{}) // ranktree: rank 0's weights everywhere
 	if err != nil {
@@ -229,111 +146,89 @@ func train(ctx context.Context, o options) error {
 	}
 	solver = dp.Solver(solver) // ranktree: Step averages gradients across ranks first
 
-	sampler, err := ddp.NewDistributedSampler(ddp.SamplerConfig{Len: trainSet.len(), Rank: rank, Size: size, Shuffle: true, Seed: o.seed, DropLast: true}) // ranktree: this rank's shard
+	sampler, err := ddp.NewDistributedSampler(ddp.SamplerConfig{Len: job.Train.Len(), Rank: rt.Rank(), Size: rt.WorldSize(), Shuffle: true, Seed: o.Seed, DropLast: true}) // ranktree: this rank's shard
 	if err != nil {
 		return err
 	}
 
+	xb := make([]float32, local*pixels)
+	yb := make([]float32, local*classes)
+	labels := make([]uint8, local)
+	steps, lastLoss := 0, 0.0
 	start := time.Now()
-	steps, lastLoss, err := trainEpochs(ctx, o, m, solver, sampler, trainSet, rank, local)
-	if err != nil {
-		return err
+	for epoch := 0; epoch < o.Epochs; epoch++ {
+		idx := sampler.EpochIndices(epoch) // this rank's shard (one process: a permutation of all samples)
+		nb := len(idx) / local
+		bar := job.NewBar(o, epoch, nb)
+		for b := 0; b < nb; b++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			clear(yb)
+			_, labels = job.Train.Gather(idx[b*local:(b+1)*local], xb, labels)
+			for i, l := range labels {
+				yb[i*classes+int(l)] = 1
+			}
+			if lastLoss, err = m.step(solver, xb, yb, local); err != nil {
+				return err
+			}
+			steps++
+			bar.Step(lastLoss)
+		}
+		bar.Finish()
 	}
 	trainSecs := time.Since(start).Seconds()
 	st := dp.Model().Stats()
-	acc, err := evaluate(m.learnables, testSet)
+	acc, err := evaluate(m.learnables, job.Test)
 	if err != nil {
 		return err
 	}
-	rep := report{
-		Rank: rank, WorldSize: size, GlobalBatch: o.batch, Epochs: o.epochs, Steps: steps, Threads: threads,
-		TrainSamples: trainSet.len(), Accuracy: acc, TrainSeconds: trainSecs,
-		SamplesPerSec: float64(steps*o.batch) / trainSecs,
-		SyncSeconds:   st.SyncTime.Seconds(), CommSeconds: st.CommTime.Seconds(),
-		CommFraction: st.SyncTime.Seconds() / trainSecs, FinalLoss: lastLoss, ParamHash: paramHash(m.learnables),
+	rep := job.NewReport(o, steps, trainSecs)
+	rep.Accuracy, rep.FinalLoss = acc, lastLoss
+	rep.SyncSeconds, rep.CommSeconds = st.SyncTime.Seconds(), st.CommTime.Seconds()
+	rep.CommFraction = st.SyncTime.Seconds() / trainSecs
+	h := mnistjob.NewParamHash()
+	for _, n := range m.learnables {
+		h.Add(n.Value().Data().([]float32))
 	}
-	if rank == 0 {
-		fmt.Printf("test accuracy %.2f%% | %d ranks × %d threads, global batch %d, %d steps | %.0f samples/s | sync %.1f%% of training | train %.1fs | params fnv64a %s\n",
-			100*acc, size, threads, o.batch, steps, rep.SamplesPerSec, 100*rep.CommFraction, trainSecs, rep.ParamHash)
-	}
-	if path := o.jsonOut; path != "" && (rank == 0 || strings.Contains(path, "{rank}")) {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(strings.ReplaceAll(path, "{rank}", strconv.Itoa(rank)), append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
+	rep.ParamHash = h.String()
+	return rep.Emit(o)
 }
 
-// trainEpochs runs o.epochs epochs over this rank's shard of trainSet
-// (local samples per step) and returns the steps taken and the last loss.
-func trainEpochs(ctx context.Context, o options, m *mlp, solver G.Solver, sampler *ddp.DistributedSampler,
-	trainSet *dataset, rank, local int) (steps int, lastLoss float64, err error) {
-	xb := make([]float32, local*pixels)
-	yb := make([]float32, local*classes)
-	for epoch := 0; epoch < o.epochs; epoch++ {
-		idx := sampler.EpochIndices(epoch) // this rank's shard (one process: a permutation of all samples)
-		nb := len(idx) / local
-		bar := epochBar(rank, nb*o.batch, epoch, o.epochs)
-		epochStart := time.Now()
-		for b := 0; b < nb; b++ {
-			if err := ctx.Err(); err != nil {
-				return steps, lastLoss, err
-			}
-			clear(yb)
-			for i, s := range idx[b*local : (b+1)*local] {
-				copy(xb[i*pixels:(i+1)*pixels], trainSet.x[s*pixels:(s+1)*pixels])
-				yb[i*classes+int(trainSet.y[s])] = 1
-			}
-			if err := G.Let(m.x, tensor.New(tensor.WithShape(local, pixels), tensor.WithBacking(xb))); err != nil {
-				return steps, lastLoss, err
-			}
-			if err := G.Let(m.y, tensor.New(tensor.WithShape(local, classes), tensor.WithBacking(yb))); err != nil {
-				return steps, lastLoss, err
-			}
-			if err := m.vm.RunAll(); err != nil {
-				return steps, lastLoss, err
-			}
-			if err := solver.Step(G.NodesToValueGrads(m.learnables)); err != nil {
-				return steps, lastLoss, err
-			}
-			lastLoss = float64(m.loss.Data().(float32))
-			m.vm.Reset()
-			steps++
-			if bar != nil {
-				rate := float64((b+1)*o.batch) / time.Since(epochStart).Seconds()
-				bar.Describe(fmt.Sprintf("epoch %d/%d loss %.4f %6.0f samples/s", epoch+1, o.epochs, lastLoss, rate))
-				_ = bar.Add(o.batch)
-			}
-		}
-		if bar != nil {
-			_ = bar.Finish()
-		}
+// step runs one training step on a batch of local images xb with one-hot
+// labels yb: forward and backward, then solver's update; it returns the
+// batch loss.
+func (m *mlp) step(solver G.Solver, xb, yb []float32, local int) (float64, error) {
+	defer m.vm.Reset()
+	if err := G.Let(m.x, tensor.New(tensor.WithShape(local, pixels), tensor.WithBacking(xb))); err != nil {
+		return 0, err
 	}
-	return steps, lastLoss, nil
-}
-
-// epochBar is rank 0's progress bar over n samples of one epoch (nil on
-// other ranks).
-func epochBar(rank, n, epoch, epochs int) *progressbar.ProgressBar {
-	if rank != 0 {
-		return nil
+	if err := G.Let(m.y, tensor.New(tensor.WithShape(local, classes), tensor.WithBacking(yb))); err != nil {
+		return 0, err
 	}
-	return progressbar.NewOptions(n, progressbar.OptionSetWriter(os.Stderr),
-		progressbar.OptionSetDescription(fmt.Sprintf("epoch %d/%d", epoch+1, epochs)),
-		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionShowElapsedTimeOnFinish(),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
+	if err := m.vm.RunAll(); err != nil {
+		return 0, err
+	}
+	if err := solver.Step(G.NodesToValueGrads(m.learnables)); err != nil {
+		return 0, err
+	}
+	return float64(m.loss.Data().(float32)), nil
 }
 
 // evaluate computes the test accuracy with the learnables' current values
 // (a forward pass with tensor.MatMul, 1000 images at a time).
-func evaluate(ls G.Nodes, test *dataset) (float64, error) {
+func evaluate(ls G.Nodes, test *mnistdata.Set) (float64, error) {
 	correct := 0
 	const chunk = 1000
-	for lo := 0; lo < test.len(); lo += chunk {
-		n := min(chunk, test.len()-lo)
-		h := tensor.New(tensor.WithShape(n, pixels), tensor.WithBacking(append([]float32(nil), test.x[lo*pixels:(lo+n)*pixels]...)))
+	idx := make([]int, chunk)
+	labels := make([]uint8, chunk)
+	for lo := 0; lo < test.Len(); lo += chunk {
+		n := min(chunk, test.Len()-lo)
+		for i := range n {
+			idx[i] = lo + i
+		}
+		x, labels := test.Gather(idx[:n], make([]float32, n*pixels), labels)
+		h := tensor.New(tensor.WithShape(n, pixels), tensor.WithBacking(x))
 		for l := 0; l < 3; l++ {
 			w := ls[2*l].Value().(*tensor.Dense)
 			bias := ls[2*l+1].Value().Data().([]float32)
@@ -360,24 +255,10 @@ func evaluate(ls G.Nodes, test *dataset) (float64, error) {
 					best = c
 				}
 			}
-			if best == int(test.y[lo+i]) {
+			if best == int(labels[i]) {
 				correct++
 			}
 		}
 	}
-	return float64(correct) / float64(test.len()), nil
-}
-
-// paramHash is an FNV-64a hash of every learnable's float32 bits, so ranks
-// can be compared.
-func paramHash(ls G.Nodes) string {
-	h := fnv.New64a()
-	var b [4]byte
-	for _, n := range ls {
-		for _, v := range n.Value().Data().([]float32) {
-			binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-			h.Write(b[:])
-		}
-	}
-	return fmt.Sprintf("%016x", h.Sum64())
+	return float64(correct) / float64(test.Len()), nil
 }

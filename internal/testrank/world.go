@@ -33,6 +33,8 @@ type Factory struct {
 	NewBackend func(ctx context.Context, spec comm.GroupSpec) (comm.Backend, error)
 	Observer   actors.Observer
 	Log        zerolog.Logger
+	// Store is handed to every group (GroupConfig.Store); may be nil.
+	Store store.Store
 
 	mu    sync.Mutex
 	specs []comm.GroupSpec
@@ -54,7 +56,7 @@ func (f *Factory) CreateGroup(ctx context.Context, spec comm.GroupSpec) (*comm.P
 	}
 	return comm.NewProcessGroup(comm.GroupConfig{
 		Name: spec.Name, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
-		Launcher: c, Engine: f.Engine, Factory: f, Timeout: spec.Timeout, Log: f.Log,
+		Launcher: c, Engine: f.Engine, Factory: f, Timeout: spec.Timeout, Store: f.Store, Log: f.Log,
 	})
 }
 
@@ -95,7 +97,7 @@ func RecorderFactory(system *actor.ActorSystem, created func(spec comm.GroupSpec
 // sharing st (e.g. store.NewMemStore()).
 func BackendFactoryFactory(system *actor.ActorSystem, engine string, bf comm.BackendFactory, st store.Store, log zerolog.Logger) *Factory {
 	return &Factory{
-		System: system, Engine: engine, Log: log,
+		System: system, Engine: engine, Log: log, Store: st,
 		NewBackend: func(ctx context.Context, spec comm.GroupSpec) (comm.Backend, error) {
 			be, err := bf(ctx, comm.BackendConfig{
 				Group: spec.Name, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,

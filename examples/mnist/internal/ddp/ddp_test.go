@@ -9,7 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ranktree/ranktree/examples/mnist/internal/data"
+	data "github.com/ranktree/ranktree/examples/internal/mnistdata"
 	"github.com/ranktree/ranktree/examples/mnist/internal/memgroup"
 	"github.com/ranktree/ranktree/examples/mnist/internal/model"
 	"github.com/ranktree/ranktree/examples/mnist/internal/train"

@@ -20,7 +20,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
-	"github.com/ranktree/ranktree/examples/mnist/internal/data"
+	data "github.com/ranktree/ranktree/examples/internal/mnistdata"
 	"github.com/ranktree/ranktree/examples/mnist/internal/ddp"
 	"github.com/ranktree/ranktree/examples/mnist/internal/model"
 	"github.com/ranktree/ranktree/examples/mnist/internal/train"

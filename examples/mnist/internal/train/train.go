@@ -27,7 +27,7 @@ import (
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/ddp"
-	"github.com/ranktree/ranktree/examples/mnist/internal/data"
+	data "github.com/ranktree/ranktree/examples/internal/mnistdata"
 	"github.com/ranktree/ranktree/examples/mnist/internal/model"
 	"github.com/rs/zerolog"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ranktree/ranktree/examples/mnist/internal/data"
+	data "github.com/ranktree/ranktree/examples/internal/mnistdata"
 	"github.com/ranktree/ranktree/examples/mnist/internal/model"
 )
 

