@@ -27,7 +27,7 @@ func TestBackendNCCLThroughInit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rt, err := Init(ctx, WithStore(store.NewMemStore()), WithRank(0), WithWorldSize(1), WithJob("nccl"),
-		WithLocalRank(0), WithLocalWorldSize(1), WithGroupRank(0), WithRestartCount(0),
+		WithLocalRank(0), WithLocalWorldSize(1), WithNodeRank(0), WithRestartCount(0),
 		WithNATSURL("unused://"), WithLogger(zerolog.Nop()))
 	if err != nil {
 		t.Fatalf("Init: %v", err)
@@ -93,7 +93,7 @@ func TestMain(m *testing.M) { fakegpu.Main(m) }
 func TestBackendInvalidValue(t *testing.T) {
 	t.Setenv(EnvBackend, "gloo")
 	_, err := Init(context.Background(), WithStore(store.NewMemStore()), WithRank(0), WithWorldSize(1), WithJob("bad"),
-		WithLocalRank(0), WithLocalWorldSize(1), WithGroupRank(0), WithRestartCount(0),
+		WithLocalRank(0), WithLocalWorldSize(1), WithNodeRank(0), WithRestartCount(0),
 		WithNATSURL("unused://"), WithLogger(zerolog.Nop()))
 	var ee *EnvError
 	if !errors.As(err, &ee) || ee.Var != EnvBackend {

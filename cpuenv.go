@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 
 	"github.com/ranktree/ranktree/comm/cpu"
@@ -38,7 +36,8 @@ const (
 	EnvFlatThreshold = "RANKTREE_FLAT_THRESHOLD"
 )
 
-// cpuOptions builds the CPU engine's options from the environment:
+// cpuOptions builds the CPU engine's options from the parsed environment
+// (c.env.CPU):
 // RANKTREE_TRANSPORT, then the listener's placement. An advertised host
 // alone makes the engine listen on every interface (unless it is a loopback
 // address). Without
@@ -49,26 +48,27 @@ const (
 // the job is known to reach (127.0.0.1 when that server is local, as in a
 // multi-node job simulated on one host). Bad values give an *EnvError.
 func cpuOptions(c *config) (cpu.Options, error) {
-	o := cpu.Options{Transport: os.Getenv(EnvTransport), HostID: os.Getenv(EnvHostID)}
-	if name := os.Getenv(EnvSocketIfname); name != "" {
+	e := c.env.CPU
+	o := cpu.Options{Transport: e.Transport, HostID: e.HostID, FlatThreshold: e.FlatThreshold}
+	if name := e.SocketIfname; name != "" {
 		addr, err := interfaceAddr(name)
 		if err != nil {
 			return o, &EnvError{Var: EnvSocketIfname, Value: name, Msg: err.Error()}
 		}
 		o.ListenHost, o.AdvertiseHost = addr, addr
 	}
-	if h := os.Getenv(EnvListenHost); h != "" {
+	if h := e.ListenHost; h != "" {
 		if net.ParseIP(h) == nil {
 			if _, err := net.LookupHost(h); err != nil {
 				return o, &EnvError{Var: EnvListenHost, Value: h, Msg: "not an IP address or a resolvable host name"}
 			}
 		}
 		o.ListenHost = h
-		if os.Getenv(EnvSocketIfname) == "" {
+		if e.SocketIfname == "" {
 			o.AdvertiseHost = "" // the engine's default: ListenHost, or the hostname for a wildcard
 		}
 	}
-	if h := os.Getenv(EnvAdvertiseHost); h != "" {
+	if h := e.AdvertiseHost; h != "" {
 		o.AdvertiseHost = h
 	}
 	if o.ListenHost == "" && o.AdvertiseHost != "" {
@@ -77,13 +77,6 @@ func cpuOptions(c *config) (cpu.Options, error) {
 		if ip := net.ParseIP(o.AdvertiseHost); ip == nil || !ip.IsLoopback() {
 			o.ListenHost = "0.0.0.0"
 		}
-	}
-	if v := os.Getenv(EnvFlatThreshold); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < -1 || n > 16<<20 {
-			return o, &EnvError{Var: EnvFlatThreshold, Value: v, Msg: "want a size in bytes up to 16777216, or -1 for off"}
-		}
-		o.FlatThreshold = n
 	}
 	if o.ListenHost == "" && o.AdvertiseHost == "" && c.worldSize > c.localWorldSize {
 		if ip := routeTo(c.natsURL); ip != nil && !ip.IsLoopback() {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -59,10 +61,9 @@ func TestCPUOptionsFromEnv(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost, EnvTransport, EnvHostID} {
-				t.Setenv(v, tc.env[v])
-			}
-			o, err := cpuOptions(tc.c)
+			c := *tc.c
+			c.env = envFrom(t, tc.env)
+			o, err := cpuOptions(&c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,11 +85,7 @@ func TestCPUOptionsEnvErrors(t *testing.T) {
 		{EnvListenHost, "bad host name!", "not an IP address or a resolvable host name"},
 	} {
 		t.Run(tc.v, func(t *testing.T) {
-			for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost} {
-				t.Setenv(v, "")
-			}
-			t.Setenv(tc.v, tc.val)
-			_, err := cpuOptions(&config{worldSize: 1, localWorldSize: 1})
+			_, err := cpuOptions(&config{worldSize: 1, localWorldSize: 1, env: envFrom(t, map[string]string{tc.v: tc.val})})
 			var ee *EnvError
 			if !errors.As(err, &ee) || ee.Var != tc.v || !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("got %v, want an EnvError for %s containing %q", err, tc.v, tc.msg)
@@ -114,7 +111,7 @@ func TestInitListenEnv(t *testing.T) {
 	for r := range n {
 		go func() {
 			rt, err := Init(context.Background(), quiet(), WithStore(ms), WithRank(r), WithWorldSize(n),
-				WithLocalRank(r), WithLocalWorldSize(n), WithGroupRank(0))
+				WithLocalRank(r), WithLocalWorldSize(n), WithNodeRank(0))
 			if err != nil {
 				errs <- err
 				return
@@ -145,17 +142,23 @@ func TestCPUOptionsFlatThreshold(t *testing.T) {
 	for _, v := range []string{EnvSocketIfname, EnvListenHost, EnvAdvertiseHost} {
 		t.Setenv(v, "")
 	}
-	c := &config{worldSize: 2, localWorldSize: 2}
+	options := func() (cpu.Options, error) {
+		e, err := readEnv(os.LookupEnv)
+		if err != nil {
+			return cpu.Options{}, err
+		}
+		return cpuOptions(&config{worldSize: 2, localWorldSize: 2, env: e})
+	}
 	for val, want := range map[string]int{"": 0, "4096": 4096, "-1": -1} {
 		t.Setenv(EnvFlatThreshold, val)
-		o, err := cpuOptions(c)
+		o, err := options()
 		if err != nil || o.FlatThreshold != want {
 			t.Fatalf("%s=%q: FlatThreshold %d, %v; want %d", EnvFlatThreshold, val, o.FlatThreshold, err, want)
 		}
 	}
 	for _, val := range []string{"x", "-2", "99999999"} {
 		t.Setenv(EnvFlatThreshold, val)
-		_, err := cpuOptions(c)
+		_, err := options()
 		var ee *EnvError
 		if !errors.As(err, &ee) || ee.Var != EnvFlatThreshold {
 			t.Fatalf("%s=%q: got %v, want an EnvError naming it", EnvFlatThreshold, val, err)

@@ -5,6 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/internal/metrics"
+	"github.com/ranktree/ranktree/store/natsstore"
+	"github.com/ranktree/ranktree/supervisor"
 )
 
 // Environment variables of the env contract between rankrunner and Init.
@@ -16,7 +21,7 @@ const (
 	EnvWorldSize      = "WORLD_SIZE"             // ranks in the job (required)
 	EnvLocalRank      = "LOCAL_RANK"             // rank within this node (required)
 	EnvLocalWorldSize = "LOCAL_WORLD_SIZE"       // ranks on this node (required)
-	EnvGroupRank      = "GROUP_RANK"             // node rank, torchrun's group rank (required)
+	EnvNodeRank       = "GROUP_RANK"             // node rank, 0..nodes-1: torchrun's GROUP_RANK, not a rank in a process group (required)
 	EnvNATSURL        = "RANKTREE_NATS_URL"      // control-plane NATS URL (required unless WithStore)
 	EnvJob            = "RANKTREE_JOB"           // job id: KV bucket and event subjects (required unless WithStore)
 	EnvRestartCount   = "RANKTREE_RESTART_COUNT" // 0 for the first attempt, +1 per restart (default 0)
@@ -36,6 +41,12 @@ const (
 	EnvNATSTLSCert  = "RANKTREE_NATS_TLS_CERT" // client certificate (mutual TLS)
 	EnvNATSTLSKey   = "RANKTREE_NATS_TLS_KEY"  // client key (mutual TLS)
 )
+
+// EnvGroupRank is the old name of EnvNodeRank.
+//
+// Deprecated: use EnvNodeRank; GROUP_RANK is the node rank, not a rank in
+// a process group.
+const EnvGroupRank = EnvNodeRank
 
 // Errors returned by Init.
 var (
@@ -85,111 +96,262 @@ func (e *OptionError) Error() string {
 // Unwrap returns ErrInvalidOption and the cause.
 func (e *OptionError) Unwrap() []error { return []error{ErrInvalidOption, e.Err} }
 
-// fromEnv fills every field of c that no option set, from lookup
-// (os.LookupEnv in Init).
-func (c *config) fromEnv(lookup func(string) (string, bool)) error {
-	ints := []struct {
-		name     string
-		dst      *int
-		set      *bool
-		required bool
-	}{
-		{EnvRank, &c.rank, &c.rankSet, true},
-		{EnvWorldSize, &c.worldSize, &c.worldSizeSet, true},
-		{EnvLocalRank, &c.localRank, &c.localRankSet, true},
-		{EnvLocalWorldSize, &c.localWorldSize, &c.localWorldSizeSet, true},
-		{EnvGroupRank, &c.groupRank, &c.groupRankSet, true},
-		{EnvRestartCount, &c.restartCount, &c.restartCountSet, false},
+// envContract is the env contract as one rank reads it: every variable the
+// runtime consults, read once by readEnv (Init passes os.LookupEnv) into
+// typed fields and passed down from there to the store dial
+// (NATSURL, Job, StoreTimeout, StoreWait, Creds), the engine choice
+// (Backend, CPU), fault injection (Faults), the supervision tree
+// (Supervision) and the metrics server (MetricsAddr, MetricsAddrFile).
+// Nothing below Init reads the process environment for these variables.
+// (RANKTREE_ERROR_FILE is the exception: recordError reads it on its own
+// so that an Init that fails while parsing can still report it.)
+//
+// A value that does not parse is an *EnvError from readEnv naming the
+// variable; what may be missing, and whether the ranks are consistent, is
+// decided by config.validate once options are merged in.
+type envContract struct {
+	// Identity: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+	// GROUP_RANK (the node rank) and RANKTREE_RESTART_COUNT (torchrun's
+	// TORCHELASTIC_RESTART_COUNT). Set is false when unset or empty.
+	Rank, WorldSize, LocalRank, LocalWorldSize, NodeRank, RestartCount envInt
+
+	NATSURL      string                // RANKTREE_NATS_URL; "" when unset
+	Job          string                // RANKTREE_JOB; "" when unset
+	StoreTimeout time.Duration         // RANKTREE_STORE_TIMEOUT; 0 when unset
+	StoreWait    bool                  // RANKTREE_STORE_WAIT
+	Creds        natsstore.Credentials // RANKTREE_NATS_TOKEN ... RANKTREE_NATS_TLS_KEY
+
+	// Backend is RANKTREE_BACKEND as given ("", "cpu" or "nccl"; checked
+	// by validate, and only when no WithBackend option replaces it).
+	Backend string
+	CPU     cpuEnv       // the CPU engine's transport and listener placement
+	Faults  []comm.Fault // RANKTREE_FAULT, parsed (nil when unset)
+
+	// Supervision is the supervisor's configuration from RANKTREE_TIMEOUT,
+	// RANKTREE_ASYNC_ERROR_HANDLING (or TORCH_NCCL_ASYNC_ERROR_HANDLING),
+	// RANKTREE_BLOCKING_WAIT, RANKTREE_HEARTBEAT_TIMEOUT,
+	// RANKTREE_TRACE_BUFFER_SIZE, RANKTREE_TRACE_DIR, RANKTREE_EVENTS and
+	// RANKTREE_ACTOR_PANIC, validated by supervisor.ConfigFromEnv.
+	Supervision supervisor.Config
+	// supervisionVars holds the supervisor's variables as read, so that an
+	// option replacing one of them (WithActorPanic) re-derives the
+	// configuration without reading the environment again.
+	supervisionVars map[string]string
+
+	MetricsAddr     string // RANKTREE_METRICS_ADDR; "" serves no metrics
+	MetricsAddrFile string // RANKTREE_METRICS_ADDR_FILE; "" writes none
+}
+
+// envInt is one integer variable of the contract.
+type envInt struct {
+	Value int
+	Set   bool // the variable was present and non-empty
+}
+
+// cpuEnv is the CPU engine's part of the contract (see cpuenv.go).
+type cpuEnv struct {
+	Transport     string // RANKTREE_TRANSPORT: "", "auto", "shm" or "tcp"
+	HostID        string // RANKTREE_HOST_ID
+	SocketIfname  string // RANKTREE_SOCKET_IFNAME
+	ListenHost    string // RANKTREE_LISTEN_HOST
+	AdvertiseHost string // RANKTREE_ADVERTISE_HOST
+	// FlatThreshold is RANKTREE_FLAT_THRESHOLD: the largest message in
+	// bytes of the one-step shared-memory algorithms (0: the engine's
+	// default, -1: off).
+	FlatThreshold int
+}
+
+// readEnv reads every variable of the env contract once through lookup
+// and parses it. A malformed value is an *EnvError naming its variable.
+func readEnv(lookup func(string) (string, bool)) (envContract, error) {
+	get := func(k string) string {
+		v, _ := lookup(k)
+		return v
 	}
-	for _, v := range ints {
-		if *v.set {
-			continue
-		}
-		s, ok := lookup(v.name)
-		if !ok || s == "" {
-			if v.required {
-				return &EnvError{Var: v.name}
-			}
+	var e envContract
+	for _, v := range []struct {
+		name string
+		dst  *envInt
+	}{
+		{EnvRank, &e.Rank}, {EnvWorldSize, &e.WorldSize}, {EnvLocalRank, &e.LocalRank},
+		{EnvLocalWorldSize, &e.LocalWorldSize}, {EnvNodeRank, &e.NodeRank}, {EnvRestartCount, &e.RestartCount},
+	} {
+		s := get(v.name)
+		if s == "" {
 			continue
 		}
 		n, err := strconv.Atoi(s)
 		if err != nil {
-			return &EnvError{Var: v.name, Value: s, Msg: "not an integer"}
+			return e, &EnvError{Var: v.name, Value: s, Msg: "not an integer"}
 		}
-		*v.dst, *v.set = n, true
+		*v.dst = envInt{Value: n, Set: true}
+	}
+	e.NATSURL, e.Job = get(EnvNATSURL), get(EnvJob)
+	if s := get(EnvStoreTimeout); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return e, &EnvError{Var: EnvStoreTimeout, Value: s, Msg: "not a positive Go duration (e.g. 5m)"}
+		}
+		e.StoreTimeout = d
+	}
+	if s := get(EnvStoreWait); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return e, &EnvError{Var: EnvStoreWait, Value: s, Msg: "not a boolean (1, true, 0, false)"}
+		}
+		e.StoreWait = b
+	}
+	e.Creds = natsstore.Credentials{
+		Token: get(EnvNATSToken), User: get(EnvNATSUser), Password: get(EnvNATSPassword),
+		NKeyFile: get(EnvNATSNKey), CredsFile: get(EnvNATSCreds), TLSCA: get(EnvNATSTLSCA),
+		TLSCert: get(EnvNATSTLSCert), TLSKey: get(EnvNATSTLSKey),
+	}
+	e.Backend = get(EnvBackend)
+	cpuE, err := readCPUEnv(get)
+	if err != nil {
+		return e, err
+	}
+	e.CPU = cpuE
+	if s := get(EnvFault); s != "" {
+		faults, err := comm.ParseFaults(s)
+		if err != nil {
+			return e, &EnvError{Var: EnvFault, Value: s, Msg: err.Error()}
+		}
+		e.Faults = faults
+	}
+	// The supervision variables are checked here, before anything
+	// connects, so bad values fail fast; the ones read are kept.
+	e.supervisionVars = map[string]string{}
+	sup, err := supervisor.ConfigFromEnv(func(k string) string {
+		v := get(k)
+		e.supervisionVars[k] = v
+		return v
+	})
+	if err != nil {
+		var ce *supervisor.ConfigError
+		if errors.As(err, &ce) {
+			return e, &EnvError{Var: ce.Var, Value: ce.Value, Msg: ce.Msg}
+		}
+		return e, err
+	}
+	e.Supervision = sup
+	e.MetricsAddr, e.MetricsAddrFile = get(metrics.EnvAddr), get(metrics.EnvAddrFile)
+	return e, nil
+}
+
+// readCPUEnv parses the CPU engine's variables (see cpuenv.go).
+func readCPUEnv(get func(string) string) (cpuEnv, error) {
+	c := cpuEnv{
+		Transport: get(EnvTransport), HostID: get(EnvHostID), SocketIfname: get(EnvSocketIfname),
+		ListenHost: get(EnvListenHost), AdvertiseHost: get(EnvAdvertiseHost),
+	}
+	if s := get(EnvFlatThreshold); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < -1 || n > 16<<20 {
+			return c, &EnvError{Var: EnvFlatThreshold, Value: s, Msg: "want a size in bytes up to 16777216, or -1 for off"}
+		}
+		c.FlatThreshold = n
+	}
+	return c, nil
+}
+
+// supervisionWith re-derives the supervisor's configuration from the
+// variables as read, with variable k replaced by v (an option's value).
+func (e *envContract) supervisionWith(k, v string) (supervisor.Config, error) {
+	return supervisor.ConfigFromEnv(func(name string) string {
+		if name == k {
+			return v
+		}
+		return e.supervisionVars[name]
+	})
+}
+
+// merge fills every setting of c that no option set from the parsed
+// environment e. A required variable that is missing (and not replaced by
+// an option) is an *EnvError naming it.
+func (c *config) merge(e envContract) error {
+	c.env = e
+	for _, v := range []struct {
+		name     string
+		env      envInt
+		dst      *int
+		byOption bool
+		required bool
+	}{
+		{EnvRank, e.Rank, &c.rank, c.rankSet, true},
+		{EnvWorldSize, e.WorldSize, &c.worldSize, c.worldSizeSet, true},
+		{EnvLocalRank, e.LocalRank, &c.localRank, c.localRankSet, true},
+		{EnvLocalWorldSize, e.LocalWorldSize, &c.localWorldSize, c.localWorldSizeSet, true},
+		{EnvNodeRank, e.NodeRank, &c.nodeRank, c.nodeRankSet, true},
+		{EnvRestartCount, e.RestartCount, &c.restartCount, c.restartCountSet, false},
+	} {
+		switch {
+		case v.byOption:
+		case v.env.Set:
+			*v.dst = v.env.Value
+		case v.required:
+			return &EnvError{Var: v.name}
+		}
 	}
 	if c.store == nil {
 		if !c.natsURLSet {
-			s, ok := lookup(EnvNATSURL)
-			if !ok || s == "" {
+			if e.NATSURL == "" {
 				return &EnvError{Var: EnvNATSURL}
 			}
-			c.natsURL, c.natsURLSet = s, true
+			c.natsURL = e.NATSURL
 		}
 		if !c.jobSet {
-			s, ok := lookup(EnvJob)
-			if !ok || s == "" {
+			if e.Job == "" {
 				return &EnvError{Var: EnvJob}
 			}
-			c.job, c.jobSet = s, true
+			c.job = e.Job
 		}
 	} else if !c.jobSet {
-		if s, ok := lookup(EnvJob); ok && s != "" {
-			c.job = s
-		} else {
+		c.job = e.Job
+		if c.job == "" {
 			c.job = "local"
 		}
-		c.jobSet = true
 	}
-	if !c.timeoutSet {
-		if s, ok := lookup(EnvStoreTimeout); ok && s != "" {
-			d, err := time.ParseDuration(s)
-			if err != nil || d <= 0 {
-				return &EnvError{Var: EnvStoreTimeout, Value: s, Msg: "not a positive Go duration (e.g. 5m)"}
-			}
-			c.timeout, c.timeoutSet = d, true
-		}
+	if !c.timeoutSet && e.StoreTimeout > 0 {
+		c.timeout = e.StoreTimeout
 	}
-	if s, ok := lookup(EnvStoreWait); ok && s != "" {
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return &EnvError{Var: EnvStoreWait, Value: s, Msg: "not a boolean (1, true, 0, false)"}
-		}
-		c.storeWait = b
-	}
-	for _, v := range []struct {
-		name string
-		dst  *string
-	}{
-		{EnvNATSToken, &c.creds.Token}, {EnvNATSUser, &c.creds.User}, {EnvNATSPassword, &c.creds.Password},
-		{EnvNATSNKey, &c.creds.NKeyFile}, {EnvNATSCreds, &c.creds.CredsFile}, {EnvNATSTLSCA, &c.creds.TLSCA},
-		{EnvNATSTLSCert, &c.creds.TLSCert}, {EnvNATSTLSKey, &c.creds.TLSKey},
-	} {
-		if s, ok := lookup(v.name); ok {
-			*v.dst = s
-		}
-	}
+	c.storeWait, c.creds, c.sup = e.StoreWait, e.Creds, e.Supervision
 	return nil
 }
 
-// validate checks the ranks' consistency once env and options are merged.
+// validate checks the merged settings' consistency. A bad value is an
+// *EnvError naming its variable when it came from the environment, or an
+// *OptionError naming the option that set it.
 func (c *config) validate() error {
-	bad := func(name string, val int, msg string) error {
-		return fmt.Errorf("ranktree: %s=%d: %s: %w", name, val, msg, ErrEnv)
+	bad := func(envName, optName string, byOption bool, val int, msg string) error {
+		if byOption {
+			return &OptionError{Option: fmt.Sprintf("%s(%d)", optName, val), Msg: msg}
+		}
+		return &EnvError{Var: envName, Value: strconv.Itoa(val), Msg: msg}
 	}
 	switch {
 	case c.worldSize < 1:
-		return bad("world size", c.worldSize, "must be at least 1")
+		return bad(EnvWorldSize, "WithWorldSize", c.worldSizeSet, c.worldSize, "world size must be at least 1")
 	case c.rank < 0 || c.rank >= c.worldSize:
-		return bad("rank", c.rank, fmt.Sprintf("must be in [0, %d) for world size %d", c.worldSize, c.worldSize))
+		return bad(EnvRank, "WithRank", c.rankSet, c.rank,
+			fmt.Sprintf("rank must be in [0, %d) for world size %d", c.worldSize, c.worldSize))
 	case c.localWorldSize < 1 || c.localWorldSize > c.worldSize:
-		return bad("local world size", c.localWorldSize, fmt.Sprintf("must be in [1, %d]", c.worldSize))
+		return bad(EnvLocalWorldSize, "WithLocalWorldSize", c.localWorldSizeSet, c.localWorldSize,
+			fmt.Sprintf("local world size must be in [1, %d] for world size %d", c.worldSize, c.worldSize))
 	case c.localRank < 0 || c.localRank >= c.localWorldSize:
-		return bad("local rank", c.localRank, fmt.Sprintf("must be in [0, %d)", c.localWorldSize))
-	case c.groupRank < 0:
-		return bad("group rank", c.groupRank, "must be ≥ 0")
+		return bad(EnvLocalRank, "WithLocalRank", c.localRankSet, c.localRank,
+			fmt.Sprintf("local rank must be in [0, %d) for local world size %d", c.localWorldSize, c.localWorldSize))
+	case c.nodeRank < 0:
+		return bad(EnvNodeRank, "WithNodeRank", c.nodeRankSet, c.nodeRank, "node rank must be ≥ 0")
 	case c.restartCount < 0:
-		return bad("restart count", c.restartCount, "must be ≥ 0")
+		return bad(EnvRestartCount, "WithRestartCount", c.restartCountSet, c.restartCount, "restart count must be ≥ 0")
+	}
+	if c.backend == nil {
+		switch c.env.Backend {
+		case "", "cpu", "nccl":
+		default:
+			return &EnvError{Var: EnvBackend, Value: c.env.Backend, Msg: `want "cpu" or "nccl"`}
+		}
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/ranktree/ranktree/store/natsstore"
 )
 
-var allVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvGroupRank, EnvNATSURL, EnvJob, EnvRestartCount, EnvTimeout, EnvStoreTimeout,
+var allVars = []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvNodeRank, EnvNATSURL, EnvJob, EnvRestartCount, EnvTimeout, EnvStoreTimeout,
 	EnvNATSToken, EnvNATSUser, EnvNATSPassword, EnvNATSNKey, EnvNATSCreds, EnvNATSTLSCA, EnvNATSTLSCert, EnvNATSTLSKey}
 
 // setEnv clears the whole contract, then sets kv.
@@ -28,14 +28,14 @@ func setEnv(t *testing.T, kv map[string]string) {
 }
 
 func goodEnv() map[string]string {
-	return map[string]string{EnvRank: "0", EnvWorldSize: "1", EnvLocalRank: "0", EnvLocalWorldSize: "1", EnvGroupRank: "0",
+	return map[string]string{EnvRank: "0", EnvWorldSize: "1", EnvLocalRank: "0", EnvLocalWorldSize: "1", EnvNodeRank: "0",
 		EnvNATSURL: "nats://127.0.0.1:1", EnvJob: "j"}
 }
 
 func quiet() Option { return WithLogger(zerolog.Nop()) }
 
 func TestInitMissingVariable(t *testing.T) {
-	for _, v := range []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvGroupRank, EnvNATSURL, EnvJob} {
+	for _, v := range []string{EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalWorldSize, EnvNodeRank, EnvNATSURL, EnvJob} {
 		t.Run(v, func(t *testing.T) {
 			env := goodEnv()
 			delete(env, v)
@@ -67,7 +67,7 @@ func TestInitOptionOverridesMissingVariable(t *testing.T) {
 		t.Fatalf("rank/job/nats = %d/%q/%v", rt.Rank(), rt.Job(), rt.NATS())
 	}
 	// An option also wins over a present variable.
-	setEnv(t, map[string]string{EnvRank: "7", EnvWorldSize: "1", EnvLocalRank: "0", EnvLocalWorldSize: "1", EnvGroupRank: "0"})
+	setEnv(t, map[string]string{EnvRank: "7", EnvWorldSize: "1", EnvLocalRank: "0", EnvLocalWorldSize: "1", EnvNodeRank: "0"})
 	rt2, err := Init(context.Background(), quiet(), WithRank(0), WithStore(store.NewMemStore()))
 	if err != nil || rt2.Rank() != 0 {
 		t.Fatalf("WithRank(0) over RANK=7: %v", err)
@@ -88,7 +88,7 @@ func TestInitBadValues(t *testing.T) {
 		{"WithStore", nil, []Option{WithStore(nil)}, "WithStore"},
 		{"WithJob", nil, []Option{WithJob("")}, "WithJob"},
 		{"RANK not int", map[string]string{EnvRank: "abc"}, nil, "not an integer"},
-		{"RANK too big", map[string]string{EnvRank: "1"}, nil, "rank=1"},
+		{"RANK too big", map[string]string{EnvRank: "1"}, nil, "RANK=\"1\""},
 		{"STORE_TIMEOUT", map[string]string{EnvStoreTimeout: "soon"}, nil, EnvStoreTimeout}, {"TIMEOUT", map[string]string{EnvTimeout: "soon"}, nil, EnvTimeout},
 	}
 	for _, c := range cases {
@@ -120,7 +120,7 @@ func initWorld(t *testing.T, n int, opts func(rank int) []Option) ([]*Runtime, [
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := append([]Option{quiet(), WithRank(r), WithWorldSize(n), WithLocalRank(r), WithLocalWorldSize(n), WithGroupRank(0)}, opts(r)...)
+			o := append([]Option{quiet(), WithRank(r), WithWorldSize(n), WithLocalRank(r), WithLocalWorldSize(n), WithNodeRank(0)}, opts(r)...)
 			rts[r], errs[r] = Init(context.Background(), o...)
 		}()
 	}
@@ -167,7 +167,7 @@ func TestInitBarrierNamesMissingRank(t *testing.T) {
 	setEnv(t, nil)
 	ms := store.NewMemStore()
 	start := time.Now()
-	_, err := Init(context.Background(), quiet(), WithStore(ms), WithRank(0), WithWorldSize(2), WithLocalRank(0), WithLocalWorldSize(1), WithGroupRank(0), WithTimeout(time.Second))
+	_, err := Init(context.Background(), quiet(), WithStore(ms), WithRank(0), WithWorldSize(2), WithLocalRank(0), WithLocalWorldSize(1), WithNodeRank(0), WithTimeout(time.Second))
 	var be *store.BarrierError
 	if !errors.As(err, &be) || len(be.Missing) != 1 || be.Missing[0] != 1 {
 		t.Fatalf("Init with rank 1 absent: %v", err)
@@ -213,7 +213,7 @@ func TestInitNATS(t *testing.T) {
 	// Wrong token: Init fails at once with an error saying the credentials
 	// were rejected; it is not ErrUnavailable, since retrying cannot help.
 	t.Setenv(EnvNATSToken, "bad")
-	_, err = Init(ctx, quiet(), WithRank(0), WithWorldSize(1), WithLocalRank(0), WithLocalWorldSize(1), WithGroupRank(0))
+	_, err = Init(ctx, quiet(), WithRank(0), WithWorldSize(1), WithLocalRank(0), WithLocalWorldSize(1), WithNodeRank(0))
 	if err == nil || errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "rejected") {
 		t.Fatalf("Init with a bad token: %v", err)
 	}
@@ -221,7 +221,7 @@ func TestInitNATS(t *testing.T) {
 
 func TestCloseBounded(t *testing.T) {
 	setEnv(t, nil)
-	rt, err := Init(context.Background(), quiet(), WithStore(store.NewMemStore()), WithRank(0), WithWorldSize(1), WithLocalRank(0), WithLocalWorldSize(1), WithGroupRank(0))
+	rt, err := Init(context.Background(), quiet(), WithStore(store.NewMemStore()), WithRank(0), WithWorldSize(1), WithLocalRank(0), WithLocalWorldSize(1), WithNodeRank(0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestInitFailsWhenARankDies(t *testing.T) {
 			}
 			start := time.Now()
 			_, err := Init(ctx, quiet(), WithStore(ms), WithRank(0), WithWorldSize(3), WithLocalRank(0),
-				WithLocalWorldSize(1), WithGroupRank(0), WithTimeout(time.Minute))
+				WithLocalWorldSize(1), WithNodeRank(0), WithTimeout(time.Minute))
 			el := time.Since(start)
 			var ie *InitError
 			if !errors.As(err, &ie) || !errors.Is(err, ErrRankDead) || len(ie.Dead) != 1 || ie.Dead[0].Rank != 2 || ie.Stage != "init barrier" {

@@ -24,13 +24,13 @@ type MetricsBindError = metrics.BindError
 // cannot be bound fails Init at once with a *metrics.BindError naming it.
 // With RANKTREE_METRICS_ADDR_FILE set, the address actually bound is
 // written there (rankrunner relays the ranks' metrics from it).
-func (r *Runtime) startMetrics(addr string) error {
+func (r *Runtime) startMetrics(addr, addrFile string) error {
 	m := metrics.NewRank(r.job, r.rank)
 	srv, err := metrics.Serve(addr, m.Registry())
 	if err != nil {
 		return fmt.Errorf("ranktree: rank %d: %s: %w", r.rank, metrics.EnvAddr, err)
 	}
-	if f := os.Getenv(metrics.EnvAddrFile); f != "" {
+	if f := addrFile; f != "" {
 		if err := os.WriteFile(f, []byte(srv.Addr()), 0o644); err != nil {
 			_ = srv.Close()
 			return fmt.Errorf("ranktree: rank %d: %s: %w", r.rank, metrics.EnvAddrFile, err)

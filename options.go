@@ -19,15 +19,16 @@ type Option func(*config) error
 
 // config is Init's merged view of options and environment.
 type config struct {
-	rank, worldSize, localRank, localWorldSize, groupRank, restartCount int
+	rank, worldSize, localRank, localWorldSize, nodeRank, restartCount int
 
-	rankSet, worldSizeSet, localRankSet, localWorldSizeSet, groupRankSet, restartCountSet bool
+	rankSet, worldSizeSet, localRankSet, localWorldSizeSet, nodeRankSet, restartCountSet bool
 
 	natsURL, job       string
 	natsURLSet, jobSet bool
 	timeout            time.Duration
 	timeoutSet         bool
-	storeWait          bool // RANKTREE_STORE_WAIT (environment only)
+	storeWait          bool        // RANKTREE_STORE_WAIT (environment only)
+	env                envContract // the parsed environment (merge)
 	store              store.Store
 	log                *zerolog.Logger
 	creds              natsstore.Credentials // RANKTREE_NATS_* (environment only)
@@ -82,12 +83,20 @@ func WithLocalWorldSize(n int) Option {
 	}
 }
 
-// WithGroupRank sets the node rank (overrides GROUP_RANK).
-func WithGroupRank(rank int) Option {
+// WithNodeRank sets the node rank, the index of this rank's node among the
+// job's nodes, 0 ≤ node rank < number of nodes (overrides GROUP_RANK,
+// torchrun's name for it). It is not a rank within a process group: see
+// comm.ProcessGroup.Rank for that.
+func WithNodeRank(rank int) Option {
 	return func(c *config) error {
-		return nonNegative("WithGroupRank", rank, &c.groupRank, &c.groupRankSet)(c)
+		return nonNegative("WithNodeRank", rank, &c.nodeRank, &c.nodeRankSet)(c)
 	}
 }
+
+// WithGroupRank is the old name of WithNodeRank.
+//
+// Deprecated: use WithNodeRank.
+func WithGroupRank(rank int) Option { return WithNodeRank(rank) }
 
 // WithRestartCount sets the restart attempt (overrides RANKTREE_RESTART_COUNT).
 // Store keys of attempt n live under "restart/<n>/".

@@ -2,8 +2,6 @@ package ranktree
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -295,6 +293,9 @@ func (r *Runtime) startAbortWatch() error {
 		cancel()
 		return fmt.Errorf("ranktree: rank %d: restart policy: watching %s in the store: %w", r.rank, supervisor.AbortPrefix, err)
 	}
+	g.mu.Lock()
+	g.restart = newRestartCore(true, MaxAutoRestarts, AutoRestartWindow)
+	g.mu.Unlock()
 	g.watchCtx, g.stopWatch = ctx, cancel
 	go func() {
 		for ev := range ch {
@@ -306,93 +307,90 @@ func (r *Runtime) startAbortWatch() error {
 	return nil
 }
 
-// onAbort handles abort/<commID> seen in the store: if it names the epoch
-// this rank is using for a group, that group is restarted (once).
+// onAbort handles abort/<commID> seen in the store: the restart core
+// decides (restart_core.go) whether it restarts a group of this rank.
 func (r *Runtime) onAbort(commID string, value []byte) {
-	var rec supervisor.AbortRecord
-	if err := json.Unmarshal(value, &rec); err != nil || rec.Group == "" {
-		i := strings.LastIndexByte(commID, '.')
-		e, perr := strconv.ParseUint(commID[i+1:], 10, 32)
-		if i < 0 || perr != nil {
-			r.log.Warn().Str("key", supervisor.AbortPrefix+commID).Msg("restart policy: unreadable abort key; ignored")
-			return
-		}
-		rec = supervisor.AbortRecord{Rank: -1, Group: commID[:i], Epoch: uint32(e), Reason: string(value)}
+	rec, ok := parseAbort(commID, value)
+	if !ok {
+		r.log.Warn().Str("key", supervisor.AbortPrefix+commID).Msg("restart policy: unreadable abort key; ignored")
+		return
 	}
 	g := &r.grp
 	g.mu.Lock()
-	if g.abortSeen == nil {
-		g.abortSeen = map[string]supervisor.AbortRecord{}
+	ev := abortObserved{CommID: commID, Rec: rec, Closing: g.closing}
+	if l := g.current[rec.Group]; l != nil {
+		ev.Current, ev.HasCurrent = l.epoch, true
 	}
-	if _, seen := g.abortSeen[commID]; !seen {
-		g.abortSeen[commID] = rec
-	}
-	l := g.current[rec.Group]
-	trigger := !g.closing && l != nil && l.epoch == rec.Epoch
+	acts := g.restart.Step(ev, time.Now())
 	g.mu.Unlock()
-	if trigger {
-		r.autoRestart(l, rec)
+	r.carryOut(acts)
+}
+
+// carryOut does what the restart core decided. It must be called without
+// groups.mu held.
+func (r *Runtime) carryOut(acts []restartAction) {
+	g := &r.grp
+	for _, a := range acts {
+		switch a := a.(type) {
+		case restartGroupAction:
+			g.mu.Lock()
+			l := g.current[a.Group]
+			g.mu.Unlock()
+			if l == nil || l.epoch != a.Epoch {
+				continue // replaced meanwhile (the program restarted it)
+			}
+			go r.autoRestart(l, a.Rec)
+		case escalateAction:
+			r.escalate(a)
+		case quietAction:
+			r.log.Debug().Str("group", a.Group).Uint32("epoch", a.Epoch).Err(a.Err).
+				Msg("restart policy: restart not completed (runtime closing, or restarted already)")
+		}
 	}
 }
 
-// autoRestart restarts l's group in the background, once per epoch. If the
-// restart fails for another reason than Close or a restart made meanwhile
-// by the program, the rank escalates (dump, exit supervisor.ExitEscalate):
-// its group is broken and the members could not agree on a new one.
-func (r *Runtime) autoRestart(l *supervisedLauncher, rec supervisor.AbortRecord) {
+// escalate gives up on a group's epoch: past the restart bound it first
+// makes Restarted(old) report that at once, then the rank escalates (dump,
+// exit supervisor.ExitEscalate).
+func (r *Runtime) escalate(a escalateAction) {
 	g := &r.grp
-	if g.sup.ActorPanic != supervisor.PanicRestart || g.watchCtx == nil {
+	if a.Count > 0 {
+		call := &restartCall{done: make(chan struct{}), err: fmt.Errorf("ranktree: rank %d: group %q epoch %d not restarted: it broke %d times within %v, the restart policy escalates: %w",
+			r.rank, a.Group, a.Epoch, a.Count, AutoRestartWindow, comm.ErrAborted)}
+		close(call.done)
+		g.mu.Lock()
+		if g.restarts == nil {
+			g.restarts = map[string]*restartCall{}
+		}
+		g.restarts[supervisor.CommID(a.Group, a.Epoch)] = call
+		g.mu.Unlock()
+		r.log.Error().Str("group", a.Group).Uint32("epoch", a.Epoch).Int("restarts", a.Count).
+			Msg("restart policy: too many restarts; escalating")
+		go g.sv.Escalate(fmt.Sprintf("rank %d: group %q broke %d times within %v (last: %s)",
+			r.rank, a.Group, a.Count, AutoRestartWindow, a.Rec.Reason))
 		return
 	}
-	l.autoOnce.Do(func() {
-		now := time.Now()
-		g.mu.Lock()
-		if g.autoRestarts == nil {
-			g.autoRestarts = map[string][]time.Time{}
-		}
-		recent := []time.Time{now}
-		for _, at := range g.autoRestarts[l.group] {
-			if now.Sub(at) < AutoRestartWindow {
-				recent = append(recent, at)
-			}
-		}
-		g.autoRestarts[l.group] = recent
-		if len(recent) > MaxAutoRestarts {
-			// Restarted(old) reports this at once instead of waiting.
-			call := &restartCall{done: make(chan struct{}), err: fmt.Errorf("ranktree: rank %d: group %q epoch %d not restarted: it broke %d times within %v, the restart policy escalates: %w",
-				r.rank, l.group, l.epoch, len(recent), AutoRestartWindow, comm.ErrAborted)}
-			close(call.done)
-			if g.restarts == nil {
-				g.restarts = map[string]*restartCall{}
-			}
-			g.restarts[supervisor.CommID(l.group, l.epoch)] = call
-		}
-		g.mu.Unlock()
-		if len(recent) > MaxAutoRestarts {
-			r.log.Error().Str("group", l.group).Uint32("epoch", l.epoch).Int("restarts", len(recent)).
-				Msg("restart policy: too many restarts; escalating")
-			go g.sv.Escalate(fmt.Sprintf("rank %d: group %q broke %d times within %v (last: %s)",
-				r.rank, l.group, len(recent), AutoRestartWindow, rec.Reason))
-			return
-		}
-		go func() {
-			log := r.log.With().Str("group", l.group).Uint32("epoch", l.epoch).Logger()
-			log.Warn().Int("aborted_by", rec.Rank).Str("reason", rec.Reason).Msg("restart policy: group aborted; re-creating it under the next epoch")
-			ctx, cancel := context.WithTimeout(g.watchCtx, r.timeout+CloseGrace+closeCommBound)
-			defer cancel()
-			_, err := r.RestartGroup(ctx, l.pg)
-			if err == nil {
-				return
-			}
-			g.mu.Lock()
-			closing := g.closing
-			g.mu.Unlock()
-			if closing || g.watchCtx.Err() != nil || errors.Is(err, comm.ErrClosed) || errors.Is(err, comm.ErrInvalidArgument) {
-				log.Debug().Err(err).Msg("restart policy: restart not completed (runtime closing, or restarted already)")
-				return
-			}
-			log.Error().Err(err).Msg("restart policy: restart failed; escalating")
-			g.sv.Escalate(fmt.Sprintf("rank %d: restarting group %q from epoch %d failed: %v", r.rank, l.group, l.epoch, err))
-		}()
-	})
+	r.log.Error().Str("group", a.Group).Uint32("epoch", a.Epoch).Err(a.Err).Msg("restart policy: restart failed; escalating")
+	g.sv.Escalate(fmt.Sprintf("rank %d: restarting group %q from epoch %d failed: %v", r.rank, a.Group, a.Epoch, a.Err))
+}
+
+// autoRestart restarts l's group (the restart core's restartGroupAction)
+// and reports a failure back to the core, which decides whether the rank
+// escalates: its group is broken and the members could not agree on a
+// new one.
+func (r *Runtime) autoRestart(l *supervisedLauncher, rec supervisor.AbortRecord) {
+	g := &r.grp
+	log := r.log.With().Str("group", l.group).Uint32("epoch", l.epoch).Logger()
+	log.Warn().Int("aborted_by", rec.Rank).Str("reason", rec.Reason).Msg("restart policy: group aborted; re-creating it under the next epoch")
+	ctx, cancel := context.WithTimeout(g.watchCtx, r.timeout+CloseGrace+closeCommBound)
+	defer cancel()
+	_, err := r.RestartGroup(ctx, l.pg)
+	if err == nil {
+		return
+	}
+	g.mu.Lock()
+	acts := g.restart.Step(autoRestartFailed{Group: l.group, Epoch: l.epoch, Err: err,
+		Closing: g.closing || g.watchCtx.Err() != nil}, time.Now())
+	g.mu.Unlock()
+	r.carryOut(acts)
 }

@@ -178,7 +178,7 @@ func TestActorPanicEscalates(t *testing.T) {
 func TestWithActorPanicOption(t *testing.T) {
 	clearSupervisionEnv(t)
 	base := []Option{WithStore(store.NewMemStore()), WithRank(0), WithWorldSize(1), WithLocalRank(0), WithLocalWorldSize(1),
-		WithGroupRank(0), WithRestartCount(0), WithJob("ap"), quiet(), WithTimeout(10 * time.Second)}
+		WithNodeRank(0), WithRestartCount(0), WithJob("ap"), quiet(), WithTimeout(10 * time.Second)}
 	var oe *OptionError
 	if _, err := Init(context.Background(), append(base, WithActorPanic(0))...); !errors.As(err, &oe) || !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("WithActorPanic(0): %v, want an *OptionError", err)

@@ -24,7 +24,7 @@ func initRanks(t *testing.T, st store.Store, n int) []*Runtime {
 		go func() {
 			defer wg.Done()
 			rts[r], errs[r] = Init(context.Background(), WithStore(st), WithRank(r), WithWorldSize(n), WithJob("rt"),
-				WithLocalRank(r), WithLocalWorldSize(n), WithGroupRank(0), WithLogger(zerolog.Nop()), WithTimeout(20*time.Second))
+				WithLocalRank(r), WithLocalWorldSize(n), WithNodeRank(0), WithLogger(zerolog.Nop()), WithTimeout(20*time.Second))
 		}()
 	}
 	wg.Wait()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ranktree/ranktree/supervisor"
 	"os"
 	"sync"
 	"time"
@@ -28,10 +27,10 @@ const defaultCloseBound = 30 * time.Second
 // and (added by the process-group code) its groups. Create it with Init;
 // it is safe for concurrent use.
 type Runtime struct {
-	rank, worldSize, localRank, localWorldSize, groupRank, restartCount int
-	job                                                                 string
-	timeout                                                             time.Duration
-	log                                                                 zerolog.Logger
+	rank, worldSize, localRank, localWorldSize, nodeRank, restartCount int
+	job                                                                string
+	timeout                                                            time.Duration
+	log                                                                zerolog.Logger
 
 	jobStore  store.Store        // the job's whole key space
 	st        *store.PrefixStore // jobStore under "restart/<n>/"
@@ -85,37 +84,30 @@ func initRuntime(ctx context.Context, opts ...Option) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	if err := c.fromEnv(os.LookupEnv); err != nil {
+	e, err := readEnv(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.merge(e); err != nil {
 		return nil, err
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	// The supervision variables (RANKTREE_TIMEOUT, RANKTREE_ASYNC_ERROR_HANDLING,
-	// ...) are checked before anything connects, so bad values fail fast.
-	sup, err := supervisor.ConfigFromEnv(os.Getenv)
-	if err != nil {
-		var ce *supervisor.ConfigError
-		if errors.As(err, &ce) {
-			return nil, &EnvError{Var: ce.Var, Value: ce.Value, Msg: ce.Msg}
-		}
-		return nil, err
-	}
-	c.sup = sup
 	base := zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	if c.log != nil {
 		base = *c.log
 	}
 	r := &Runtime{
 		rank: c.rank, worldSize: c.worldSize, localRank: c.localRank,
-		localWorldSize: c.localWorldSize, groupRank: c.groupRank, restartCount: c.restartCount,
+		localWorldSize: c.localWorldSize, nodeRank: c.nodeRank, restartCount: c.restartCount,
 		job: c.job, timeout: c.timeout,
 		log: base.With().Str("job", c.job).Int("rank", c.rank).Int("world_size", c.worldSize).
 			Int("local_rank", c.localRank).Int("restart", c.restartCount).Logger(),
 		done: make(chan struct{}),
 	}
-	if addr := os.Getenv(metrics.EnvAddr); addr != "" {
-		if err := r.startMetrics(addr); err != nil {
+	if addr := c.env.MetricsAddr; addr != "" {
+		if err := r.startMetrics(addr, c.env.MetricsAddrFile); err != nil {
 			return nil, err
 		}
 	}
@@ -168,8 +160,16 @@ func (r *Runtime) LocalRank() int { return r.localRank }
 // LocalWorldSize is the number of ranks on this node.
 func (r *Runtime) LocalWorldSize() int { return r.localWorldSize }
 
-// GroupRank is the node's rank (torchrun's GROUP_RANK).
-func (r *Runtime) GroupRank() int { return r.groupRank }
+// NodeRank is the index of this rank's node among the job's nodes
+// (torchrun's GROUP_RANK; rankrunner's --node-rank). It is not a rank in a
+// process group: comm.ProcessGroup.Rank is that.
+func (r *Runtime) NodeRank() int { return r.nodeRank }
+
+// GroupRank is the old name of NodeRank.
+//
+// Deprecated: use NodeRank; the value is the node rank, not a rank in a
+// process group.
+func (r *Runtime) GroupRank() int { return r.nodeRank }
 
 // Job is the job id.
 func (r *Runtime) Job() string { return r.job }

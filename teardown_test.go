@@ -117,7 +117,7 @@ func TestCloseWithNATSDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt, err := Init(context.Background(), quiet(), WithNATSURL(url), WithJob("natsdown"), WithRank(0), WithWorldSize(1),
-		WithLocalRank(0), WithLocalWorldSize(1), WithGroupRank(0), WithTimeout(10*time.Second))
+		WithLocalRank(0), WithLocalWorldSize(1), WithNodeRank(0), WithTimeout(10*time.Second))
 	if err != nil {
 		shutdown()
 		t.Fatal(err)

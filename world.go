@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,14 +137,13 @@ type groups struct {
 	stopWatch func()
 	watchCtx  context.Context
 
-	mu           sync.Mutex
-	closing      bool                              // Close began: no new groups
-	comms        []*supervisedLauncher             // live communicators, oldest first
-	current      map[string]*supervisedLauncher    // group name → its live communicator
-	epochs       map[string]uint32                 // group name → last epoch used
-	restarts     map[string]*restartCall           // CommID of a restarted epoch → its restart (restart.go)
-	abortSeen    map[string]supervisor.AbortRecord // CommID → abort seen in the store (restart policy)
-	autoRestarts map[string][]time.Time            // group name → its automatic restarts within AutoRestartWindow
+	mu       sync.Mutex
+	closing  bool                           // Close began: no new groups
+	comms    []*supervisedLauncher          // live communicators, oldest first
+	current  map[string]*supervisedLauncher // group name → its live communicator
+	epochs   map[string]uint32              // group name → last epoch used
+	restarts map[string]*restartCall        // CommID of a restarted epoch → its restart (restart.go)
+	restart  *restartCore                   // the restart policy's pure core (restart_core.go); nil without the policy
 }
 
 // supervisedLauncher is a group's communicator actor as the ProcessGroup
@@ -163,8 +161,7 @@ type supervisedLauncher struct {
 
 	// retired is set when a restart replaces this communicator: later
 	// Submits fail with it (an *AbortedError naming the restart).
-	retired  atomic.Pointer[comm.AbortedError]
-	autoOnce sync.Once // the restart policy restarts this epoch once
+	retired atomic.Pointer[comm.AbortedError]
 
 	last      atomic.Pointer[comm.Work] // the last Work submitted (teardown's grace waits for it)
 	closeOnce sync.Once
@@ -206,7 +203,7 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 	g := &r.grp
 	g.factory, g.device = c.backend, -1
 	if g.factory == nil {
-		switch b := os.Getenv(EnvBackend); b {
+		switch b := c.env.Backend; b {
 		case "", "cpu":
 			o, err := cpuOptions(c)
 			if err != nil {
@@ -227,24 +224,13 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 	if c.deviceSet {
 		g.device = c.device
 	}
-	if s := os.Getenv(EnvFault); s != "" {
-		faults, err := comm.ParseFaults(s)
-		if err != nil {
-			return &EnvError{Var: EnvFault, Value: s, Msg: err.Error()}
-		}
-		g.faults = faults
-	}
+	g.faults = c.env.Faults
 	sup := c.sup
 	var err error
 	if p := c.supOpts.actorPanic; p != 0 {
 		// The option replaces RANKTREE_ACTOR_PANIC; the other variables
 		// still apply, and restart may change the error-handling default.
-		sup, err = supervisor.ConfigFromEnv(func(k string) string {
-			if k == supervisor.EnvActorPanic {
-				return p.String()
-			}
-			return os.Getenv(k)
-		})
+		sup, err = c.env.supervisionWith(supervisor.EnvActorPanic, p.String())
 		if err != nil {
 			return &OptionError{Option: fmt.Sprintf("WithActorPanic(%v)", p), Msg: err.Error()}
 		}
@@ -421,10 +407,13 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 	l.pg = pg
 	g.mu.Lock()
 	closing := g.closing
-	rec, abortSeen := g.abortSeen[supervisor.CommID(spec.Name, epoch)]
+	var acts []restartAction
 	if !closing {
 		g.comms = append(g.comms, l)
 		g.current[spec.Name] = l
+		if g.restart != nil { // a peer may have aborted this epoch before it was ours
+			acts = g.restart.Step(groupCreated{Group: spec.Name, Epoch: epoch}, time.Now())
+		}
 	}
 	g.mu.Unlock()
 	if closing { // Close began while the engine connected
@@ -432,9 +421,7 @@ func (r *Runtime) createGroupAt(ctx context.Context, spec comm.GroupSpec, epoch 
 		return nil, fmt.Errorf("ranktree: rank %d: creating group %q: %w: the runtime is closed", r.rank, spec.Name, comm.ErrClosed)
 	}
 	log.Debug().Str("engine", be.Name()).Ints("ranks", spec.GlobalRanks).Msg("process group created")
-	if abortSeen { // a peer aborted this epoch before it was ours (restart policy)
-		r.autoRestart(l, rec)
-	}
+	r.carryOut(acts)
 	return pg, nil
 }
 

@@ -29,7 +29,7 @@ func startRanks(t *testing.T, n int, opts ...Option) []*Runtime {
 		go func(r int) {
 			defer wg.Done()
 			o := append([]Option{WithStore(st), WithRank(r), WithWorldSize(n), WithJob("wt"),
-				WithLocalRank(r), WithLocalWorldSize(n), WithGroupRank(0), WithRestartCount(0),
+				WithLocalRank(r), WithLocalWorldSize(n), WithNodeRank(0), WithRestartCount(0),
 				WithNATSURL("unused://"), WithLogger(zerolog.Nop()), WithTimeout(20 * time.Second)}, opts...)
 			rts[r], errs[r] = Init(context.Background(), o...)
 		}(r)

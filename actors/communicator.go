@@ -97,11 +97,6 @@ type CommunicatorConfig struct {
 	OnPanic func(p *Panic)
 }
 
-// prefixSpawner is a Spawner that can name its child.
-type prefixSpawner interface {
-	SpawnPrefix(props *actor.Props, prefix string) *actor.PID
-}
-
 // Panic is the reason a communicator actor hands its supervisor when it
 // panics while handling an op (the supervisor's HandleFailure sees it as
 // reason): which communicator and op, the panic value and the stack.
@@ -202,17 +197,8 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 	if disp == nil {
 		disp = actor.NewSynchronizedDispatcher(300)
 	}
-	props := actor.PropsFromProducer(func() actor.Actor { return st }, actor.WithDispatcher(disp))
-	prefix := fmt.Sprintf("comm-%s-e%d-", cfg.Group, cfg.Epoch)
-	var pid *actor.PID
-	switch p := cfg.Parent.(type) {
-	case nil:
-		pid = system.Root.SpawnPrefix(props, prefix)
-	case prefixSpawner:
-		pid = p.SpawnPrefix(props, prefix)
-	default:
-		pid = p.Spawn(props)
-	}
+	pid := SpawnUnder(system, cfg.Parent, PersistentProps(st, actor.WithDispatcher(disp)),
+		fmt.Sprintf("comm-%s-e%d-", cfg.Group, cfg.Epoch))
 	if pid == nil {
 		return nil, fmt.Errorf("%w: NewCommunicator: the parent of group %q (epoch %d) could not spawn its actor (stopped?)", comm.ErrClosed, cfg.Group, cfg.Epoch)
 	}

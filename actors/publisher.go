@@ -235,7 +235,7 @@ func NewEventPublisher(pub Publisher, cfg PublisherConfig) (*EventPublisher, err
 // Props returns the actor's props, for a supervisor that spawns it as a child.
 // The actor's state lives in p, so a restart after a panic keeps the counters.
 func (p *EventPublisher) Props() *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return (*publisherActor)(p) })
+	return PersistentProps((*publisherActor)(p))
 }
 
 // Spawner is what spawns a child actor: the system's RootContext, an actor's
@@ -247,11 +247,8 @@ type Spawner interface {
 // Start spawns the actor under parent (nil: the system's root) and returns
 // its PID. Emit may be called only after Start.
 func (p *EventPublisher) Start(system *actor.ActorSystem, parent Spawner) *actor.PID {
-	if parent == nil {
-		parent = system.Root
-	}
 	p.system = system
-	p.pid = parent.Spawn(p.Props())
+	p.pid = SpawnUnder(system, parent, p.Props(), "")
 	return p.pid
 }
 
@@ -358,16 +355,10 @@ func (p *EventPublisher) Close(timeout time.Duration) error {
 	if !p.closed.CompareAndSwap(false, true) || p.pid == nil {
 		return nil
 	}
-	done := make(chan error, 1)
-	f := p.system.Root.PoisonFuture(p.pid)
-	go func() { done <- f.Wait() }()
-	select {
-	case <-done:
+	if StopWithin(p.system, p.pid, StopDrain, timeout) {
 		return nil
-	case <-time.After(timeout):
-		p.system.Root.Stop(p.pid)
-		return fmt.Errorf("actors: event publisher did not drain within %v (%d events queued)", timeout, p.queued.Load())
 	}
+	return fmt.Errorf("actors: event publisher did not drain within %v (%d events queued)", timeout, p.queued.Load())
 }
 
 // publisherActor is EventPublisher's actor face.

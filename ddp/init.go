@@ -29,7 +29,7 @@ func Init(ctx context.Context, opts ...ranktree.Option) (*ranktree.Runtime, erro
 	if Standalone() {
 		base := []ranktree.Option{
 			ranktree.WithRank(0), ranktree.WithWorldSize(1), ranktree.WithLocalRank(0),
-			ranktree.WithLocalWorldSize(1), ranktree.WithGroupRank(0), ranktree.WithStore(store.NewMemStore()),
+			ranktree.WithLocalWorldSize(1), ranktree.WithNodeRank(0), ranktree.WithStore(store.NewMemStore()),
 		}
 		opts = append(base, opts...)
 	}

@@ -235,11 +235,7 @@ func (r *Reducer) EndBackward(ctx context.Context) error {
 		r.prepareUnusedLocked(p)
 	}
 	if r.cfg.DelayAllReduce {
-		// Every bucket is complete now; launch them all, in bucket order.
-		launch = launch[:0]
-		for b := range r.bufs {
-			launch = append(launch, b)
-		}
+		launch = r.allBuckets(launch[:0])
 	}
 	for _, b := range launch {
 		r.launchLocked(b)
@@ -255,16 +251,7 @@ func (r *Reducer) EndBackward(ctx context.Context) error {
 		r.mapWork = r.g.AllReduce(r.lctx, r.localUsed, comm.Sum)
 	}
 	works, mapWork, iter := slices.Clone(r.works), r.mapWork, r.core.iter
-	// Results of locally used parameters go back to the caller's buffers
-	// bucket by bucket, while later buckets are still reducing.
-	type copyBack struct{ dst, src comm.Buffer }
-	outs := make([][]copyBack, len(works))
-	for p := range r.params {
-		if g := r.grads[p]; r.core.used[p] && g.Valid() {
-			b := r.core.lay.loc[p].bucket
-			outs[b] = append(outs[b], copyBack{dst: g, src: r.view(p)})
-		}
-	}
+	outs := r.copyBacksLocked(len(works))
 	r.mu.Unlock()
 
 	waitStart := time.Now()
@@ -292,6 +279,34 @@ func (r *Reducer) EndBackward(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.finalizeLocked(ctx, needMap, waitStart, done)
+}
+
+// allBuckets appends every bucket index, in bucket order, to dst: under
+// DelayAllReduce every bucket is complete at EndBackward and all launch
+// then.
+func (r *Reducer) allBuckets(dst []int) []int {
+	for b := range r.bufs {
+		dst = append(dst, b)
+	}
+	return dst
+}
+
+// copyBack is one locally used parameter's result: its bucket view (src)
+// goes back to the caller's gradient buffer (dst).
+type copyBack struct{ dst, src comm.Buffer }
+
+// copyBacksLocked groups the copy-backs by bucket, so that EndBackward
+// writes each bucket's results as soon as its reduction ends, while later
+// buckets are still reducing.
+func (r *Reducer) copyBacksLocked(buckets int) [][]copyBack {
+	outs := make([][]copyBack, buckets)
+	for p := range r.params {
+		if g := r.grads[p]; r.core.used[p] && g.Valid() {
+			b := r.core.lay.loc[p].bucket
+			outs[b] = append(outs[b], copyBack{dst: g, src: r.view(p)})
+		}
+	}
+	return outs
 }
 
 // finalizeLocked writes results back, restores untouched gradients, closes

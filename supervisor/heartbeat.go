@@ -118,16 +118,13 @@ func NewHeartbeatMonitor(cfg HeartbeatConfig) (*HeartbeatMonitor, error) {
 
 // Props returns the monitor's actor props (state lives in m).
 func (m *HeartbeatMonitor) Props() *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return (*heartbeatActor)(m) })
+	return actors.PersistentProps((*heartbeatActor)(m))
 }
 
 // Start spawns the monitor under parent (nil: the root) and starts its timer.
 func (m *HeartbeatMonitor) Start(system *actor.ActorSystem, parent actors.Spawner) *actor.PID {
-	if parent == nil {
-		parent = system.Root
-	}
 	m.system = system
-	m.pid = parent.Spawn(m.Props())
+	m.pid = actors.SpawnUnder(system, parent, m.Props(), "")
 	go func() {
 		t := time.NewTicker(m.cfg.Interval)
 		defer t.Stop()
@@ -150,15 +147,7 @@ func (m *HeartbeatMonitor) Fired() bool { return m.fired.Load() }
 func (m *HeartbeatMonitor) Stop() {
 	m.once.Do(func() {
 		close(m.stop)
-		if m.pid != nil {
-			f := m.system.Root.StopFuture(m.pid)
-			done := make(chan struct{})
-			go func() { _ = f.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(2 * time.Second):
-			}
-		}
+		actors.StopWithin(m.system, m.pid, actors.StopNow, 2*time.Second)
 	})
 }
 

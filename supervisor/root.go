@@ -164,7 +164,7 @@ func StartRoot(system *actor.ActorSystem, cfg RootConfig) *Root {
 			}
 		}
 	}, actor.WithSupervisor(rootStrategy{r}))
-	r.pid = system.Root.SpawnPrefix(props, fmt.Sprintf("rank%d-root-", cfg.Rank))
+	r.pid = actors.SpawnUnder(system, nil, props, fmt.Sprintf("rank%d-root-", cfg.Rank))
 	return r
 }
 
@@ -192,12 +192,7 @@ func (r *Root) SpawnPrefix(props *actor.Props, prefix string) *actor.PID {
 func (r *Root) Stop(timeout time.Duration) error {
 	var err error
 	r.once.Do(func() {
-		done := make(chan error, 1)
-		f := r.system.Root.StopFuture(r.pid)
-		go func() { done <- f.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(timeout):
+		if !actors.StopWithin(r.system, r.pid, actors.StopNow, timeout) {
 			err = fmt.Errorf("supervisor: root of rank %d did not stop within %v", r.cfg.Rank, timeout)
 		}
 	})

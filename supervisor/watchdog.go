@@ -219,17 +219,14 @@ func (wd *Watchdog) Heartbeat() *Heartbeat { return wd.cfg.Heartbeat }
 // after a panic keeps every tracked Work. Use the default dispatcher (the
 // watchdog must not run on a caller's goroutine).
 func (wd *Watchdog) Props() *actor.Props {
-	return actor.PropsFromProducer(func() actor.Actor { return (*watchdogActor)(wd) })
+	return actors.PersistentProps((*watchdogActor)(wd))
 }
 
 // Start spawns the watchdog under parent (nil: the root), starts its ticker
 // and, with a store, its watches.
 func (wd *Watchdog) Start(system *actor.ActorSystem, parent actors.Spawner) *actor.PID {
-	if parent == nil {
-		parent = system.Root
-	}
 	wd.system = system
-	wd.pid = parent.Spawn(wd.Props())
+	wd.pid = actors.SpawnUnder(system, parent, wd.Props(), "")
 	return wd.pid
 }
 
@@ -328,15 +325,7 @@ func (wd *Watchdog) Stop(timeout time.Duration) error {
 	var err error
 	wd.stopped.Store(true)
 	wd.once.Do(func() {
-		if wd.pid == nil {
-			return
-		}
-		f := wd.system.Root.StopFuture(wd.pid)
-		done := make(chan error, 1)
-		go func() { done <- f.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(timeout):
+		if !actors.StopWithin(wd.system, wd.pid, actors.StopNow, timeout) {
 			err = fmt.Errorf("supervisor: watchdog of rank %d did not stop within %v", wd.cfg.Rank, timeout)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
+	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
 // exec runs one op (not Coalesced) on the mesh, with the agreement step
@@ -78,10 +79,10 @@ func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 		sc, rc := op.SendCounts, op.RecvCounts
 		sper, rper := 0, 0
 		if sc == nil {
-			sper = totalLen(op.In) / n
+			sper = enginekit.TotalLen(op.In) / n
 		}
 		if rc == nil {
-			rper = totalLen(op.Out) / n
+			rper = enginekit.TotalLen(op.Out) / n
 		}
 		for i := range n {
 			send[i] = comm.Chunk(op.In, i, sc, sper).Bytes()
@@ -213,14 +214,6 @@ func opContext(op *comm.Op) opCtx {
 		o.red = o.red.ForDType(o.dt)
 	}
 	return o
-}
-
-func totalLen(bufs []comm.Buffer) int {
-	t := 0
-	for _, b := range bufs {
-		t += b.Len()
-	}
-	return t
 }
 
 // preScale applies PreMulSum's factor before the sum.
@@ -362,7 +355,7 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 		return postScale(ob, dt, red, m.size)
 	}
 	// Work on a copy: the input is not modified (ncclReduceScatter).
-	tmp := make([]byte, 0, totalLen(op.In)*dt.Size())
+	tmp := make([]byte, 0, enginekit.TotalLen(op.In)*dt.Size())
 	blocks := make([][]byte, m.size)
 	for i := range m.size {
 		src := comm.Chunk(op.In, i, counts, out.Len()).Bytes()

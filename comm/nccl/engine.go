@@ -13,6 +13,7 @@ import (
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cuda"
+	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
 // Engine is the NCCL collective engine for one communicator (one process
@@ -70,15 +71,7 @@ type pending struct {
 }
 
 // Factory returns a comm.BackendFactory that creates NCCL engines with opts.
-func Factory(opts Options) comm.BackendFactory {
-	return func(ctx context.Context, cfg comm.BackendConfig) (comm.Backend, error) {
-		e, err := New(ctx, cfg, opts)
-		if err != nil {
-			return nil, err
-		}
-		return e, nil
-	}
-}
+func Factory(opts Options) comm.BackendFactory { return enginekit.Factory(New, opts) }
 
 // New loads libcuda and libnccl (see cuda.Load and Load), starts the
 // launch goroutine on cfg.Device and, with opts.EagerInit, creates the
@@ -567,9 +560,4 @@ func (e *Engine) event() (cuda.Event, error) {
 }
 
 // globalRank maps a group rank to the job's global rank.
-func (e *Engine) globalRank(r int) int {
-	if len(e.cfg.GlobalRanks) == e.cfg.Size {
-		return e.cfg.GlobalRanks[r]
-	}
-	return r
-}
+func (e *Engine) globalRank(r int) int { return enginekit.GlobalRank(&e.cfg, r) }

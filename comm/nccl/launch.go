@@ -3,13 +3,13 @@ package nccl
 import (
 	"fmt"
 	"math"
-	"os"
 	"unsafe"
 
 	"github.com/x448/float16"
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cuda"
+	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
 // validate checks that every buffer of op lives on the engine's device.
@@ -47,29 +47,11 @@ func (e *Engine) validate(op *comm.Op) error {
 	return nil
 }
 
-// injectFault honours cfg.Faults for this rank and op: hang (the op is
-// never launched and its Work waits for Abort), crash (exit 3), error.
+// injectFault honours cfg.Faults for this rank and op
+// (enginekit.InjectFault): hang (the op is never launched and its Work
+// waits for Abort), crash (exit 3), error.
 func (e *Engine) injectFault(op *comm.Op) (hang bool, err error) {
-	if len(e.cfg.Faults) == 0 || comm.UsesP2PSeq(op) {
-		return false, nil
-	}
-	g := e.globalRank(e.cfg.Rank)
-	for _, f := range e.cfg.Faults {
-		if !f.Matches(g, e.cfg.Group, op.FP.Seq) {
-			continue
-		}
-		e.log.Warn().Str("fault", f.Kind).Uint64("seq", f.Seq).Int("rank", g).Msg("injected fault")
-		switch f.Kind {
-		case comm.FaultHang:
-			return true, nil
-		case comm.FaultCrash:
-			fmt.Fprintf(os.Stderr, "ranktree: injected fault: crash at rank %d, %v\n", g, op.FP)
-			os.Exit(3)
-		case comm.FaultError:
-			return false, &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: op.FP, Msg: "injected fault (error)"}
-		}
-	}
-	return false, nil
+	return enginekit.InjectFault(&e.cfg, "nccl", op, &e.log)
 }
 
 // launch orders c's stream after the callers' streams, enqueues op and
@@ -88,7 +70,7 @@ func (e *Engine) launch(c *communicator, op *comm.Op) (ev cuda.Event, err error)
 			return 0, e.engErr(op, err)
 		}
 	}
-	l := &launcher{e: e, c: c, s: c.stream}
+	l := &enqueuer{e: e, c: c, s: c.stream}
 	c.mu.Lock()
 	if c.handle == 0 {
 		c.mu.Unlock()
@@ -161,9 +143,9 @@ func callerStreams(op *comm.Op, acc []cuda.Stream) []cuda.Stream {
 	return acc
 }
 
-// launcher enqueues the NCCL calls of one op on communicator handle h and
+// enqueuer enqueues the NCCL calls of one op on communicator handle h and
 // stream s; c.mu is held.
-type launcher struct {
+type enqueuer struct {
 	e      *Engine
 	c      *communicator
 	h      Comm
@@ -173,7 +155,7 @@ type launcher struct {
 
 // done turns a call's result into an error, waiting out InProgress of the
 // nonblocking communicator.
-func (l *launcher) done(r Result, err error) error {
+func (l *enqueuer) done(r Result, err error) error {
 	if err != nil {
 		return err
 	}
@@ -191,7 +173,7 @@ func (l *launcher) done(r Result, err error) error {
 
 // group runs f between ncclGroupStart and ncclGroupEnd (GroupEnd runs even
 // if f fails, as NCCL requires).
-func (l *launcher) group(f func() error) error {
+func (l *enqueuer) group(f func() error) error {
 	if err := l.e.nc.GroupStart(); err != nil {
 		return err
 	}
@@ -205,9 +187,11 @@ func (l *launcher) group(f func() error) error {
 
 func ptr(b comm.Buffer) cuda.DevicePtr { return cuda.DevicePtr(b.DevicePtr()) }
 
-// op enqueues one op (a Coalesced op as one NCCL group).
-func (l *launcher) op(op *comm.Op) error {
-	if op.Type == comm.OpCoalesced {
+// op enqueues one op (a Coalesced op as one NCCL group): it resolves the
+// NCCL data type and hands the op to the enqueue step of its kind.
+func (l *enqueuer) op(op *comm.Op) error {
+	switch op.Type {
+	case comm.OpCoalesced:
 		return l.group(func() error {
 			for _, ch := range op.Children {
 				if err := l.op(ch); err != nil {
@@ -216,131 +200,155 @@ func (l *launcher) op(op *comm.Op) error {
 			}
 			return nil
 		})
+	case comm.OpBarrier:
+		// c10d's NCCL barrier: an allreduce of one element.
+		return l.done(l.e.nc.AllReduce(l.c.scratch, l.c.scratch, 1, Float32, Sum, l.h, l.s))
 	}
 	if opDType(op).IsComplex() {
 		op = viewAsReal(op)
-	}
-	nc, h, s := l.e.nc, l.h, l.s
-	rank, n := l.e.cfg.Rank, l.e.cfg.Size
-	if op.Type == comm.OpBarrier {
-		// c10d's NCCL barrier: an allreduce of one element.
-		return l.done(nc.AllReduce(l.c.scratch, l.c.scratch, 1, Float32, Sum, h, s))
 	}
 	dt, err := l.dtype(op)
 	if err != nil {
 		return err
 	}
 	switch op.Type {
+	case comm.OpAllReduce, comm.OpReduce, comm.OpReduceScatter, comm.OpReduceScatterV:
+		return l.reduction(op, dt)
+	case comm.OpBroadcast, comm.OpAllGather, comm.OpAllGatherV:
+		return l.broadcastLike(op, dt)
+	case comm.OpAllToAll:
+		return l.allToAll(op, dt)
+	case comm.OpGather:
+		return l.gather(op, dt)
+	case comm.OpScatter:
+		return l.scatter(op, dt)
+	case comm.OpSend:
+		b := op.In[0]
+		return l.done(l.e.nc.Send(ptr(b), b.Len(), dt, op.Peer, l.h, l.s))
+	case comm.OpRecv:
+		b := op.Out[0]
+		return l.done(l.e.nc.Recv(ptr(b), b.Len(), dt, op.Peer, l.h, l.s))
+	}
+	return fmt.Errorf("%w: nccl engine: op %v", comm.ErrUnsupported, op.Type)
+}
+
+// reduction enqueues the ops that take a reduction: allreduce (in place),
+// reduce (into the root's buffer), reduce-scatter (one call for a single
+// input, else grouped reduces) and reduce-scatter-v.
+func (l *enqueuer) reduction(op *comm.Op, dt DataType) error {
+	red, err := l.redOp(op, dt)
+	if err != nil {
+		return err
+	}
+	nc, h, s := l.e.nc, l.h, l.s
+	switch op.Type {
 	case comm.OpAllReduce:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
 		b := op.In[0]
 		return l.done(nc.AllReduce(ptr(b), ptr(b), b.Len(), dt, red, h, s))
-	case comm.OpBroadcast:
-		b := op.In[0]
-		return l.done(nc.Broadcast(ptr(b), ptr(b), b.Len(), dt, op.Root, h, s))
 	case comm.OpReduce:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
 		b := op.In[0]
 		var recv cuda.DevicePtr
-		if rank == op.Root {
+		if l.e.cfg.Rank == op.Root {
 			recv = ptr(b)
 		}
 		return l.done(nc.Reduce(ptr(b), recv, b.Len(), dt, red, op.Root, h, s))
-	case comm.OpAllGather:
-		c := op.In[0].Len()
-		if len(op.Out) == 1 {
-			return l.done(nc.AllGather(ptr(op.In[0]), ptr(op.Out[0]), c, dt, h, s))
-		}
-		return l.bcastEach(op, dt, nil, c)
-	case comm.OpAllGatherV:
-		return l.bcastEach(op, dt, op.RecvCounts, 0)
 	case comm.OpReduceScatter:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
 		c := op.Out[0].Len()
 		if len(op.In) == 1 {
 			return l.done(nc.ReduceScatter(ptr(op.In[0]), ptr(op.Out[0]), c, dt, red, h, s))
 		}
 		return l.reduceEach(op, dt, red, nil, c)
-	case comm.OpReduceScatterV:
-		red, err := l.redOp(op, dt)
-		if err != nil {
-			return err
-		}
+	default: // comm.OpReduceScatterV
 		return l.reduceEach(op, dt, red, op.RecvCounts, 0)
-	case comm.OpAllToAll:
-		sc, rc := op.SendCounts, op.RecvCounts
-		sper, rper := 0, 0
-		if sc == nil {
-			sper = totalLen(op.In) / n
-		}
-		if rc == nil {
-			rper = totalLen(op.Out) / n
-		}
-		return l.group(func() error {
-			for i := 0; i < n; i++ {
-				sb := comm.Chunk(op.In, i, sc, sper)
-				rb := comm.Chunk(op.Out, i, rc, rper)
-				if err := l.done(nc.Send(ptr(sb), sb.Len(), dt, i, h, s)); err != nil {
-					return err
-				}
-				if err := l.done(nc.Recv(ptr(rb), rb.Len(), dt, i, h, s)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	case comm.OpGather:
+	}
+}
+
+// broadcastLike enqueues broadcast (in place) and the all-gathers (one
+// call for a single output, else grouped broadcasts).
+func (l *enqueuer) broadcastLike(op *comm.Op, dt DataType) error {
+	switch op.Type {
+	case comm.OpBroadcast:
+		b := op.In[0]
+		return l.done(l.e.nc.Broadcast(ptr(b), ptr(b), b.Len(), dt, op.Root, l.h, l.s))
+	case comm.OpAllGather:
 		c := op.In[0].Len()
-		return l.group(func() error {
-			if err := l.done(nc.Send(ptr(op.In[0]), c, dt, op.Root, h, s)); err != nil {
+		if len(op.Out) == 1 {
+			return l.done(l.e.nc.AllGather(ptr(op.In[0]), ptr(op.Out[0]), c, dt, l.h, l.s))
+		}
+		return l.bcastEach(op, dt, nil, c)
+	default: // comm.OpAllGatherV
+		return l.bcastEach(op, dt, op.RecvCounts, 0)
+	}
+}
+
+// allToAll enqueues an all-to-all (equal or per-peer counts) as one group
+// of sends and receives.
+func (l *enqueuer) allToAll(op *comm.Op, dt DataType) error {
+	n := l.e.cfg.Size
+	sc, rc := op.SendCounts, op.RecvCounts
+	sper, rper := 0, 0
+	if sc == nil {
+		sper = enginekit.TotalLen(op.In) / n
+	}
+	if rc == nil {
+		rper = enginekit.TotalLen(op.Out) / n
+	}
+	return l.group(func() error {
+		for i := 0; i < n; i++ {
+			sb := comm.Chunk(op.In, i, sc, sper)
+			rb := comm.Chunk(op.Out, i, rc, rper)
+			if err := l.done(l.e.nc.Send(ptr(sb), sb.Len(), dt, i, l.h, l.s)); err != nil {
 				return err
 			}
-			if rank != op.Root {
-				return nil
+			if err := l.done(l.e.nc.Recv(ptr(rb), rb.Len(), dt, i, l.h, l.s)); err != nil {
+				return err
 			}
-			for i := 0; i < n; i++ {
-				rb := comm.Chunk(op.Out, i, nil, c)
-				if err := l.done(nc.Recv(ptr(rb), c, dt, i, h, s)); err != nil {
+		}
+		return nil
+	})
+}
+
+// gather enqueues a gather as one group: every rank sends to the root,
+// which receives chunk i from rank i.
+func (l *enqueuer) gather(op *comm.Op, dt DataType) error {
+	c := op.In[0].Len()
+	return l.group(func() error {
+		if err := l.done(l.e.nc.Send(ptr(op.In[0]), c, dt, op.Root, l.h, l.s)); err != nil {
+			return err
+		}
+		if l.e.cfg.Rank != op.Root {
+			return nil
+		}
+		for i := 0; i < l.e.cfg.Size; i++ {
+			rb := comm.Chunk(op.Out, i, nil, c)
+			if err := l.done(l.e.nc.Recv(ptr(rb), c, dt, i, l.h, l.s)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// scatter enqueues a scatter as one group: the root sends chunk i to rank
+// i, and every rank receives its chunk.
+func (l *enqueuer) scatter(op *comm.Op, dt DataType) error {
+	c := op.Out[0].Len()
+	return l.group(func() error {
+		if l.e.cfg.Rank == op.Root {
+			for i := 0; i < l.e.cfg.Size; i++ {
+				sb := comm.Chunk(op.In, i, nil, c)
+				if err := l.done(l.e.nc.Send(ptr(sb), c, dt, i, l.h, l.s)); err != nil {
 					return err
 				}
 			}
-			return nil
-		})
-	case comm.OpScatter:
-		c := op.Out[0].Len()
-		return l.group(func() error {
-			if rank == op.Root {
-				for i := 0; i < n; i++ {
-					sb := comm.Chunk(op.In, i, nil, c)
-					if err := l.done(nc.Send(ptr(sb), c, dt, i, h, s)); err != nil {
-						return err
-					}
-				}
-			}
-			return l.done(nc.Recv(ptr(op.Out[0]), c, dt, op.Root, h, s))
-		})
-	case comm.OpSend:
-		b := op.In[0]
-		return l.done(nc.Send(ptr(b), b.Len(), dt, op.Peer, h, s))
-	case comm.OpRecv:
-		b := op.Out[0]
-		return l.done(nc.Recv(ptr(b), b.Len(), dt, op.Peer, h, s))
-	}
-	return fmt.Errorf("%w: nccl engine: op %v", comm.ErrUnsupported, op.Type)
+		}
+		return l.done(l.e.nc.Recv(ptr(op.Out[0]), c, dt, op.Root, l.h, l.s))
+	})
 }
 
 // bcastEach runs an all-gather into n output chunks as n grouped
 // broadcasts, root i sending its input into chunk i (counts nil: per each).
-func (l *launcher) bcastEach(op *comm.Op, dt DataType, counts []int, per int) error {
+func (l *enqueuer) bcastEach(op *comm.Op, dt DataType, counts []int, per int) error {
 	rank, n := l.e.cfg.Rank, l.e.cfg.Size
 	return l.group(func() error {
 		for i := 0; i < n; i++ {
@@ -359,7 +367,7 @@ func (l *launcher) bcastEach(op *comm.Op, dt DataType, counts []int, per int) er
 
 // reduceEach runs a reduce-scatter from n input chunks as n grouped
 // reduces, chunk i reduced to root i (into Out[0] on that rank).
-func (l *launcher) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int, per int) error {
+func (l *enqueuer) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int, per int) error {
 	rank, n := l.e.cfg.Rank, l.e.cfg.Size
 	return l.group(func() error {
 		for i := 0; i < n; i++ {
@@ -376,14 +384,6 @@ func (l *launcher) reduceEach(op *comm.Op, dt DataType, red RedOp, counts []int,
 	})
 }
 
-func totalLen(bufs []comm.Buffer) int {
-	t := 0
-	for _, b := range bufs {
-		t += b.Len()
-	}
-	return t
-}
-
 // opDType is the dtype of op's elements (from its first buffer).
 func opDType(op *comm.Op) comm.DType {
 	switch {
@@ -396,7 +396,7 @@ func opDType(op *comm.Op) comm.DType {
 }
 
 // dtype is the NCCL type of op's elements (from its first buffer).
-func (l *launcher) dtype(op *comm.Op) (DataType, error) {
+func (l *enqueuer) dtype(op *comm.Op) (DataType, error) {
 	return DataTypeOf(opDType(op))
 }
 
@@ -444,7 +444,7 @@ func doubled(counts []int) []int {
 // redOp maps op's reduction to NCCL, as c10d's getNcclReduceOp: bool Sum
 // runs as Max and Product as Min; Avg is ncclAvg; PreMulSum is a
 // ncclRedOpCreatePreMulSum op; bitwise ops are unsupported by NCCL.
-func (l *launcher) redOp(op *comm.Op, ndt DataType) (RedOp, error) {
+func (l *enqueuer) redOp(op *comm.Op, ndt DataType) (RedOp, error) {
 	var dt comm.DType
 	if len(op.In) > 0 {
 		dt = op.In[0].DType()

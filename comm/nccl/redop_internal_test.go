@@ -11,7 +11,7 @@ import (
 // bool Sum → ncclMax, bool Product → ncclMin, Avg needs NCCL 2.10, bitwise
 // ops are unsupported.
 func TestRedOpMapping(t *testing.T) {
-	l := &launcher{e: &Engine{nc: &Lib{version: 22807}}}
+	l := &enqueuer{e: &Engine{nc: &Lib{version: 22807}}}
 	b := comm.NewHostBuffer(comm.Bool, 1)
 	f := comm.NewHostBuffer(comm.Float32, 1)
 	i := comm.NewHostBuffer(comm.Int32, 1)
@@ -34,7 +34,7 @@ func TestRedOpMapping(t *testing.T) {
 			t.Errorf("%v: %v; want ErrUnsupported", ro, err)
 		}
 	}
-	old := &launcher{e: &Engine{nc: &Lib{version: 2908}}}
+	old := &enqueuer{e: &Engine{nc: &Lib{version: 2908}}}
 	if _, err := old.redOp(&comm.Op{Reduce: comm.Avg, In: []comm.Buffer{f}}, 0); !errors.Is(err, comm.ErrUnsupported) {
 		t.Errorf("Avg on NCCL 2.9: %v", err)
 	}

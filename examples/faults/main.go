@@ -104,47 +104,62 @@ func main() {
 	if *fault != "none" {
 		rep.Fault = *fault
 	}
-	pg := rt.World()
-	code := 0
-	for i := 1; i <= *ops; i++ {
-		x := []float64{float64(rank + 1)}
-		start := time.Now()
-		var w *comm.Work
-		if *fault == "mismatch" && rank == *faultRank && uint64(i) == *faultSeq {
-			w = pg.Broadcast(ctx, comm.HostBuffer(x), 0)
-		} else {
-			w = pg.AllReduce(ctx, comm.HostBuffer(x), comm.Sum)
-		}
-		err := w.Wait(ctx)
-		if err == nil && x[0] != float64(rt.WorldSize()*(rt.WorldSize()+1)/2) {
-			err = fmt.Errorf("all-reduce gave %v, want %v", x[0], rt.WorldSize()*(rt.WorldSize()+1)/2)
-		}
-		if err != nil {
-			rep.FailedSeq, rep.Err, rep.Is = w.Seq(), err.Error(), classify(err)
-			rep.ElapsedMS = float64(time.Since(start).Microseconds()) / 1000
-			fmt.Printf("attempt %d: rank %d: collective %d failed after %v [%s]: %v\n", attempt, rank, w.Seq(),
-				time.Since(start).Round(time.Millisecond), strings.Join(rep.Is, ","), err)
-			code = 1
-			break
-		}
-		rep.OpsOK++
-	}
+	code := runOps(ctx, rt, *ops, *fault, *faultRank, *faultSeq, &rep)
 	if code == 0 {
 		fmt.Printf("attempt %d: rank %d: %d all-reduces OK\n", attempt, rank, rep.OpsOK)
 	}
-	if *jsonOut != "" {
-		path := strings.NewReplacer("{rank}", strconv.Itoa(rank), "{attempt}", strconv.Itoa(attempt)).Replace(*jsonOut)
-		b, _ := json.Marshal(rep)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			fmt.Fprintf(os.Stderr, "faults: %v\n", err)
-		}
-	}
+	writeReport(*jsonOut, rep)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := rt.Close(cctx); err != nil {
 		fmt.Fprintf(os.Stderr, "faults: close: %v\n", err)
 	}
 	os.Exit(code)
+}
+
+// runOps runs ops all-reduces on the world group, replacing collective
+// faultSeq of rank faultRank by a broadcast for the "mismatch" fault, and
+// checks each sum. The first failure is recorded in rep; it returns the
+// exit code (0, or 1 after a failure).
+func runOps(ctx context.Context, rt *ranktree.Runtime, ops int, fault string, faultRank int, faultSeq uint64, rep *Report) int {
+	rank, attempt, pg := rt.Rank(), rep.Attempt, rt.World()
+	want := float64(rt.WorldSize() * (rt.WorldSize() + 1) / 2)
+	for i := 1; i <= ops; i++ {
+		x := []float64{float64(rank + 1)}
+		start := time.Now()
+		var w *comm.Work
+		if fault == "mismatch" && rank == faultRank && uint64(i) == faultSeq {
+			w = pg.Broadcast(ctx, comm.HostBuffer(x), 0)
+		} else {
+			w = pg.AllReduce(ctx, comm.HostBuffer(x), comm.Sum)
+		}
+		err := w.Wait(ctx)
+		if err == nil && x[0] != want {
+			err = fmt.Errorf("all-reduce gave %v, want %v", x[0], want)
+		}
+		if err != nil {
+			rep.FailedSeq, rep.Err, rep.Is = w.Seq(), err.Error(), classify(err)
+			rep.ElapsedMS = float64(time.Since(start).Microseconds()) / 1000
+			fmt.Printf("attempt %d: rank %d: collective %d failed after %v [%s]: %v\n", attempt, rank, w.Seq(),
+				time.Since(start).Round(time.Millisecond), strings.Join(rep.Is, ","), err)
+			return 1
+		}
+		rep.OpsOK++
+	}
+	return 0
+}
+
+// writeReport writes rep as JSON to path ({rank} and {attempt} replaced);
+// an empty path writes nothing.
+func writeReport(path string, rep Report) {
+	if path == "" {
+		return
+	}
+	path = strings.NewReplacer("{rank}", strconv.Itoa(rep.Rank), "{attempt}", strconv.Itoa(rep.Attempt)).Replace(path)
+	b, _ := json.Marshal(rep)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		fmt.Fprintf(os.Stderr, "faults: %v\n", err)
+	}
 }
 
 // setDefault sets an environment variable that the user did not set.

@@ -169,20 +169,9 @@ func train(ctx context.Context, o *mnistjob.Options, momentum float64) error {
 			for i, l := range labels {
 				yb[i*classes+int(l)] = 1
 			}
-			if err := G.Let(m.x, tensor.New(tensor.WithShape(local, pixels), tensor.WithBacking(xb))); err != nil {
+			if lastLoss, err = m.step(solver, xb, yb, local); err != nil {
 				return err
 			}
-			if err := G.Let(m.y, tensor.New(tensor.WithShape(local, classes), tensor.WithBacking(yb))); err != nil {
-				return err
-			}
-			if err := m.vm.RunAll(); err != nil {
-				return err
-			}
-			if err := solver.Step(G.NodesToValueGrads(m.learnables)); err != nil {
-				return err
-			}
-			lastLoss = float64(m.loss.Data().(float32))
-			m.vm.Reset()
 			steps++
 			bar.Step(lastLoss)
 		}
@@ -204,6 +193,26 @@ func train(ctx context.Context, o *mnistjob.Options, momentum float64) error {
 	}
 	rep.ParamHash = h.String()
 	return rep.Emit(o)
+}
+
+// step runs one training step on a batch of local images xb with one-hot
+// labels yb: forward and backward, then solver's update; it returns the
+// batch loss.
+func (m *mlp) step(solver G.Solver, xb, yb []float32, local int) (float64, error) {
+	defer m.vm.Reset()
+	if err := G.Let(m.x, tensor.New(tensor.WithShape(local, pixels), tensor.WithBacking(xb))); err != nil {
+		return 0, err
+	}
+	if err := G.Let(m.y, tensor.New(tensor.WithShape(local, classes), tensor.WithBacking(yb))); err != nil {
+		return 0, err
+	}
+	if err := m.vm.RunAll(); err != nil {
+		return 0, err
+	}
+	if err := solver.Step(G.NodesToValueGrads(m.learnables)); err != nil {
+		return 0, err
+	}
+	return float64(m.loss.Data().(float32)), nil
 }
 
 // evaluate computes the test accuracy with the learnables' current values

@@ -78,7 +78,7 @@ func run(args []string) int {
 		// in-memory store (no NATS), so `go run ./examples/mnist` works.
 		fmt.Fprintln(os.Stderr, "mnist: RANK is not set; running as a single process (launch with rankrunner for more ranks)")
 		opts = []ranktree.Option{ranktree.WithRank(0), ranktree.WithWorldSize(1), ranktree.WithLocalRank(0),
-			ranktree.WithLocalWorldSize(1), ranktree.WithGroupRank(0), ranktree.WithStore(store.NewMemStore())}
+			ranktree.WithLocalWorldSize(1), ranktree.WithNodeRank(0), ranktree.WithStore(store.NewMemStore())}
 	}
 	rt, err := ranktree.Init(ctx, opts...)
 	if err != nil {

@@ -106,6 +106,21 @@ func probeRefused(urls string) error {
 	return last
 }
 
+// withDefaults fills p's unset (≤ 0) durations: WaitFor with timeout,
+// RefusedGrace with DefaultRefusedGrace, LogEvery with DefaultLogEvery.
+func (p DialPolicy) withDefaults(timeout time.Duration) DialPolicy {
+	if p.WaitFor <= 0 {
+		p.WaitFor = timeout
+	}
+	if p.RefusedGrace <= 0 {
+		p.RefusedGrace = DefaultRefusedGrace
+	}
+	if p.LogEvery <= 0 {
+		p.LogEvery = DefaultLogEvery
+	}
+	return p
+}
+
 // Dial is Connect retried with backoff while the server is out of reach
 // (store.ErrUnavailable), under policy. It logs the first failed attempt at
 // once on opts.Log at warn level (URL, error, "retrying for up to X"), then
@@ -117,18 +132,8 @@ func Dial(ctx context.Context, opts Options, policy DialPolicy) (*Store, error) 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	waitFor := policy.WaitFor
-	if waitFor <= 0 {
-		waitFor = opts.Timeout
-	}
-	grace := policy.RefusedGrace
-	if grace <= 0 {
-		grace = DefaultRefusedGrace
-	}
-	every := policy.LogEvery
-	if every <= 0 {
-		every = DefaultLogEvery
-	}
+	policy = policy.withDefaults(opts.Timeout)
+	waitFor, grace, every := policy.WaitFor, policy.RefusedGrace, policy.LogEvery
 	url := redactURL(opts.URL)
 	start := time.Now()
 	deadline := start.Add(waitFor)

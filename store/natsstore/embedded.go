@@ -55,26 +55,7 @@ func StartEmbedded(opts EmbeddedOptions) (url string, shutdown func(), err error
 		}
 		tmp = true
 	}
-	port := opts.Port
-	if port == 0 {
-		port = server.RANDOM_PORT
-	}
-	sopts := &server.Options{
-		ServerName:    "ranktree-embedded",
-		Host:          opts.Host,
-		Port:          port,
-		JetStream:     true,
-		StoreDir:      dir,
-		MaxPayload:    EmbeddedMaxPayload,
-		NoSigs:        true,
-		Authorization: opts.Token,
-		Username:      opts.User,
-		Password:      opts.Password,
-		// Every rank blocked in Get/Wait holds one KV watch (an ephemeral
-		// consumer); lift the default cap of 1000 consumers per stream.
-		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
-	}
-	s, err := server.NewServer(sopts)
+	s, err := server.NewServer(embeddedServerOptions(opts, dir))
 	if err != nil {
 		if tmp {
 			os.RemoveAll(dir)
@@ -125,6 +106,30 @@ func StartEmbedded(opts EmbeddedOptions) (url string, shutdown func(), err error
 		}
 	}
 	return url, shutdown, nil
+}
+
+// embeddedServerOptions is the embedded server's configuration: opts'
+// address and credentials, JetStream stored in dir.
+func embeddedServerOptions(opts EmbeddedOptions, dir string) *server.Options {
+	port := opts.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return &server.Options{
+		ServerName:    "ranktree-embedded",
+		Host:          opts.Host,
+		Port:          port,
+		JetStream:     true,
+		StoreDir:      dir,
+		MaxPayload:    EmbeddedMaxPayload,
+		NoSigs:        true,
+		Authorization: opts.Token,
+		Username:      opts.User,
+		Password:      opts.Password,
+		// Every rank blocked in Get/Wait holds one KV watch (an ephemeral
+		// consumer); lift the default cap of 1000 consumers per stream.
+		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
+	}
 }
 
 // serverLog adapts nats-server's Logger to zerolog.

@@ -44,7 +44,7 @@ func main() {
 		os.Exit(70)
 	}
 	fmt.Printf("init ok rank=%d world=%d local=%d group=%d restart=%d\n",
-		rt.Rank(), rt.WorldSize(), rt.LocalRank(), rt.GroupRank(), rt.RestartCount())
+		rt.Rank(), rt.WorldSize(), rt.LocalRank(), rt.NodeRank(), rt.RestartCount())
 	code := 0
 	if len(os.Args) > 1 && rt.RestartCount() == 0 {
 		if fail, _ := strconv.Atoi(os.Args[1]); fail == rt.Rank() {

@@ -56,12 +56,8 @@ to find the stuck collective. --raw DIR writes each dump to DIR/rank<N>.json.`,
 				return fmt.Errorf("diagnose: %w", err)
 			}
 			defer st.Close()
-			if restart < 0 {
-				n, err := st.Add(ctx, "restarts", 0)
-				if err != nil {
-					return fmt.Errorf("diagnose: read the job's restart count: %w", err)
-				}
-				restart = int(n)
+			if restart, err = currentAttempt(ctx, st, restart); err != nil {
+				return err
 			}
 			prefixes := []string{"", "restart/" + strconv.Itoa(restart) + "/"}
 			dumps, err := diagnose.Fetch(cmd.Context(), st, prefixes, quiet)
@@ -70,15 +66,8 @@ to find the stuck collective. --raw DIR writes each dump to DIR/rank<N>.json.`,
 			}
 			fmt.Fprintf(env.Stdout, "job %s, attempt %d\n", job, restart)
 			diagnose.ListDumps(env.Stdout, dumps, world)
-			if raw != "" {
-				if err := os.MkdirAll(raw, 0o755); err != nil {
-					return err
-				}
-				for _, d := range dumps {
-					if err := os.WriteFile(fmt.Sprintf("%s/rank%d.json", raw, d.Rank), d.Raw, 0o644); err != nil {
-						return err
-					}
-				}
+			if err := writeRawDumps(raw, dumps); err != nil {
+				return err
 			}
 			if len(dumps) == 0 {
 				return &exitError{code: 1, err: errors.New("diagnose: no flight-recorder dump found in the store")}
@@ -103,4 +92,34 @@ to find the stuck collective. --raw DIR writes each dump to DIR/rank<N>.json.`,
 	durationVar(fs, &quiet, "quiet", 500*time.Millisecond, "stop collecting dumps after no new one arrived for this long")
 	durationVar(fs, &storeWait, "store-timeout", 30*time.Second, "bound on reaching the store")
 	return cmd
+}
+
+// currentAttempt is restart, or the job's current attempt (its restart
+// count in the store) when restart is negative.
+func currentAttempt(ctx context.Context, st *natsstore.Store, restart int) (int, error) {
+	if restart >= 0 {
+		return restart, nil
+	}
+	n, err := st.Add(ctx, "restarts", 0)
+	if err != nil {
+		return 0, fmt.Errorf("diagnose: read the job's restart count: %w", err)
+	}
+	return int(n), nil
+}
+
+// writeRawDumps writes each dump to dir/rank<N>.json (nothing when dir is
+// empty).
+func writeRawDumps(dir string, dumps []diagnose.StoredDump) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range dumps {
+		if err := os.WriteFile(fmt.Sprintf("%s/rank%d.json", dir, d.Rank), d.Raw, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -37,17 +37,7 @@ type TaskSlot struct {
 // naming the variable.
 func DetectCluster(getenv func(string) string) (Cluster, error) {
 	c := Cluster{NodeRank: -1, NNodes: -1}
-	num := func(name string) (int, bool, error) {
-		v := getenv(name)
-		if v == "" {
-			return 0, false, nil
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return 0, false, fmt.Errorf("launcher: %s=%q is not a non-negative integer", name, v)
-		}
-		return n, true, nil
-	}
+	num := func(name string) (int, bool, error) { return envNum(getenv, name) }
 	procID, hasProc, err := num(envSlurmProcID)
 	if err != nil {
 		return c, err
@@ -57,56 +47,7 @@ func DetectCluster(getenv func(string) string) (Cluster, error) {
 		return c, err
 	}
 	if hasProc && hasTasks {
-		c.Kind = "slurm"
-		if id := getenv(envSlurmJobID); id != "" {
-			c.JobID = "slurm-" + id
-		}
-		nnodes, ok, err := num(envSlurmNNodes)
-		if err != nil {
-			return c, err
-		}
-		if !ok {
-			nnodes = 1
-		}
-		nodeID, ok, err := num(envSlurmNodeID)
-		if err != nil {
-			return c, err
-		}
-		if !ok {
-			nodeID = 0
-		}
-		if ntasks <= nnodes {
-			// one runner per node
-			c.NodeRank, c.NNodes = nodeID, nnodes
-			if ntasks < nnodes {
-				c.NNodes = ntasks
-				c.NodeRank = procID
-			}
-			return c, nil
-		}
-		localID, ok, err := num(envSlurmLocalID)
-		if err != nil {
-			return c, err
-		}
-		if !ok {
-			return c, fmt.Errorf("launcher: %s is set but %s is not", envSlurmNTasks, envSlurmLocalID)
-		}
-		perNode, ok, err := num(envSlurmTasksPerNode)
-		if err != nil {
-			return c, err
-		}
-		if !ok {
-			if ntasks%nnodes != 0 {
-				return c, fmt.Errorf("launcher: SLURM_NTASKS=%d is not a multiple of SLURM_NNODES=%d and SLURM_NTASKS_PER_NODE is unset", ntasks, nnodes)
-			}
-			perNode = ntasks / nnodes
-		}
-		if procID >= ntasks || localID >= perNode {
-			return c, fmt.Errorf("launcher: SLURM_PROCID=%d / SLURM_LOCALID=%d out of range (SLURM_NTASKS=%d, %d per node)", procID, localID, ntasks, perNode)
-		}
-		c.NodeRank, c.NNodes = nodeID, nnodes
-		c.Task = &TaskSlot{Rank: procID, WorldSize: ntasks, LocalRank: localID, LocalWorldSize: perNode}
-		return c, nil
+		return slurmCluster(c, getenv, procID, ntasks)
 	}
 	idx, ok, err := num(envK8sCompletionIndex)
 	if err != nil {
@@ -117,4 +58,73 @@ func DetectCluster(getenv func(string) string) (Cluster, error) {
 		c.NodeRank = idx
 	}
 	return c, nil
+}
+
+// slurmCluster is DetectCluster under Slurm (SLURM_PROCID=procID and
+// SLURM_NTASKS=ntasks set): one runner per node, or one task per rank.
+func slurmCluster(c Cluster, getenv func(string) string, procID, ntasks int) (Cluster, error) {
+	num := func(name string) (int, bool, error) { return envNum(getenv, name) }
+	c.Kind = "slurm"
+	if id := getenv(envSlurmJobID); id != "" {
+		c.JobID = "slurm-" + id
+	}
+	nnodes, ok, err := num(envSlurmNNodes)
+	if err != nil {
+		return c, err
+	}
+	if !ok {
+		nnodes = 1
+	}
+	nodeID, ok, err := num(envSlurmNodeID)
+	if err != nil {
+		return c, err
+	}
+	if !ok {
+		nodeID = 0
+	}
+	if ntasks <= nnodes {
+		// one runner per node
+		c.NodeRank, c.NNodes = nodeID, nnodes
+		if ntasks < nnodes {
+			c.NNodes = ntasks
+			c.NodeRank = procID
+		}
+		return c, nil
+	}
+	localID, ok, err := num(envSlurmLocalID)
+	if err != nil {
+		return c, err
+	}
+	if !ok {
+		return c, fmt.Errorf("launcher: %s is set but %s is not", envSlurmNTasks, envSlurmLocalID)
+	}
+	perNode, ok, err := num(envSlurmTasksPerNode)
+	if err != nil {
+		return c, err
+	}
+	if !ok {
+		if ntasks%nnodes != 0 {
+			return c, fmt.Errorf("launcher: SLURM_NTASKS=%d is not a multiple of SLURM_NNODES=%d and SLURM_NTASKS_PER_NODE is unset", ntasks, nnodes)
+		}
+		perNode = ntasks / nnodes
+	}
+	if procID >= ntasks || localID >= perNode {
+		return c, fmt.Errorf("launcher: SLURM_PROCID=%d / SLURM_LOCALID=%d out of range (SLURM_NTASKS=%d, %d per node)", procID, localID, ntasks, perNode)
+	}
+	c.NodeRank, c.NNodes = nodeID, nnodes
+	c.Task = &TaskSlot{Rank: procID, WorldSize: ntasks, LocalRank: localID, LocalWorldSize: perNode}
+	return c, nil
+}
+
+// envNum reads a non-negative integer variable; ok is false when unset.
+func envNum(getenv func(string) string, name string) (n int, ok bool, err error) {
+	v := getenv(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err = strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, false, fmt.Errorf("launcher: %s=%q is not a non-negative integer", name, v)
+	}
+	return n, true, nil
 }

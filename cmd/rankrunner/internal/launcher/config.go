@@ -205,7 +205,20 @@ const NoFailureGrace time.Duration = -1
 var jobIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // validate fills defaults and checks the settings; errors are *FlagError.
+// It checks, in order, the job's layout, its timers and its output.
 func (c *Config) validate() error {
+	if err := c.validateLayout(); err != nil {
+		return err
+	}
+	if err := c.validateTimers(); err != nil {
+		return err
+	}
+	return c.validateOutput()
+}
+
+// validateLayout checks the program, the nodes and ranks, CPU binding, the
+// job id and the NATS server.
+func (c *Config) validateLayout() error {
 	if c.Program == "" {
 		return &FlagError{Flag: "PROGRAM", Msg: "no program to run"}
 	}
@@ -252,6 +265,12 @@ func (c *Config) validate() error {
 			c.NATSListen = "127.0.0.1:0"
 		}
 	}
+	return nil
+}
+
+// validateTimers checks the restart budget, intervals, grace periods,
+// heartbeats and timeouts, filling their defaults.
+func (c *Config) validateTimers() error {
 	if c.MaxRestarts < 0 {
 		return &FlagError{Flag: "--max-restarts", Msg: fmt.Sprintf("%d is negative", c.MaxRestarts)}
 	}
@@ -288,6 +307,12 @@ func (c *Config) validate() error {
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = 60 * time.Second
 	}
+	return nil
+}
+
+// validateOutput checks log files and credentials and fills the default
+// streams and environment.
+func (c *Config) validateOutput() error {
 	if c.LogDir == "" && (!c.Tee.IsZero() || !c.Redirects.IsZero()) {
 		return &FlagError{Flag: "--log-dir", Msg: "--tee and --redirects write log files and need --log-dir"}
 	}

@@ -22,7 +22,7 @@ func rankEnv(cfg *Config, url string, slot RankSlot, worldSize, localWorld, atte
 	kv(EnvWorldSize, worldSize)
 	kv(EnvLocalRank, slot.LocalRank)
 	kv(EnvLocalWorldSize, localWorld)
-	kv(EnvGroupRank, cfg.NodeRank)
+	kv(EnvNodeRank, cfg.NodeRank)
 	kv(EnvRestartCount, attempt)
 	env = append(env, EnvNATSURL+"="+url, EnvJob+"="+cfg.JobID)
 	if !hasVar(cfg.Env, "GOMAXPROCS") {

@@ -11,7 +11,7 @@ const (
 	EnvWorldSize      = ranktree.EnvWorldSize      // number of ranks in the job
 	EnvLocalRank      = ranktree.EnvLocalRank      // rank within this node
 	EnvLocalWorldSize = ranktree.EnvLocalWorldSize // ranks on this node
-	EnvGroupRank      = ranktree.EnvGroupRank      // node rank (torchrun's group rank)
+	EnvNodeRank       = ranktree.EnvNodeRank       // node rank (torchrun's group rank)
 	EnvNATSURL        = ranktree.EnvNATSURL        // control-plane NATS URL
 	EnvJob            = ranktree.EnvJob            // job id (KV bucket and event subjects)
 	EnvRestartCount   = ranktree.EnvRestartCount   // 0 for the first attempt, +1 per restart

@@ -213,70 +213,16 @@ func (p *Policy) Step(in Input, now time.Time) []Action {
 	case RankExited:
 		return p.exited(in, now)
 	case AbortSeen:
-		if in.Abort.Runner == p.self {
-			return nil
-		}
-		o := Outcome{Kind: Failed, Rank: in.Abort.Rank, ExitCode: in.Abort.ExitCode, Remote: true, Final: in.Abort.Final,
-			Reason: fmt.Sprintf("runner %s aborted the attempt: %s", in.Abort.Runner, in.Abort.Reason)}
-		o.Error = in.Abort.Error
-		if o.ExitCode == 0 {
-			o.ExitCode = 1
-		}
-		switch p.phase {
-		case phaseRunning:
-			p.outcome = o
-			if o.Final {
-				return p.stop(syscall.SIGTERM, now)
-			}
-			return p.fail(now)
-		case phaseGrace, phaseStopping, phaseKilling:
-			// Already failing; an interrupted runner still makes the
-			// failure final, so no runner restarts without the others.
-			p.outcome.Final = p.outcome.Final || o.Final
-		case phaseBarrier:
-			p.outcome = o
-			return p.finish()
-		}
+		return p.abortSeen(in, now)
 	case RunnersDone:
 		if p.phase == phaseBarrier {
 			p.outcome = Outcome{Kind: Succeeded, Rank: -1}
 			return p.finish()
 		}
 	case SignalReceived:
-		o := Outcome{Kind: Interrupted, Rank: -1, ExitCode: 128 + int(in.Sig), Final: true,
-			Reason: fmt.Sprintf("runner %s received %v", p.self, in.Sig)}
-		switch p.phase {
-		case phaseRunning:
-			p.outcome = o
-			acts := []Action{PublishAbort{Abort{Runner: p.self, Rank: -1, Reason: o.Reason, ExitCode: o.ExitCode, Final: true}}}
-			return append(acts, p.stop(in.Sig, now)...)
-		case phaseGrace:
-			// Interrupted while the others report a failure: forward the
-			// signal now, keep the failure as the cause, never restart.
-			p.outcome.Final = true
-			a := Abort{Runner: p.self, Rank: p.outcome.Rank, Reason: p.outcome.Reason + "; then " + o.Reason,
-				ExitCode: p.outcome.ExitCode, Error: p.outcome.Error, Final: true}
-			return append([]Action{PublishAbort{a}}, p.stop(in.Sig, now)...)
-		case phaseStopping:
-			// A second signal: stop waiting for the grace period.
-			p.phase = phaseKilling
-			return []Action{SignalRanks{syscall.SIGKILL}}
-		case phaseBarrier:
-			p.outcome = o
-			return p.finish()
-		}
+		return p.signalReceived(in, now)
 	case RunnerLost:
-		o := Outcome{Kind: Failed, Rank: -1, ExitCode: 1,
-			Reason: fmt.Sprintf("runner %s sent no heartbeat for %v (its host or network is gone, or it hangs)", in.Runner, in.Silent.Round(time.Millisecond))}
-		abort := PublishAbort{Abort{Runner: p.self, Rank: -1, Reason: o.Reason, ExitCode: 1}}
-		switch p.phase {
-		case phaseRunning:
-			p.outcome = o
-			return append([]Action{abort}, p.fail(now)...)
-		case phaseBarrier:
-			p.outcome = o
-			return append([]Action{abort}, p.finish()...)
-		}
+		return p.runnerLost(in, now)
 	case Tick:
 		switch {
 		case p.phase == phaseGrace && !now.Before(p.deadline):
@@ -285,6 +231,78 @@ func (p *Policy) Step(in Input, now time.Time) []Action {
 			p.phase = phaseKilling
 			return []Action{SignalRanks{syscall.SIGKILL}}
 		}
+	}
+	return nil
+}
+
+// abortSeen: another runner aborted the attempt.
+func (p *Policy) abortSeen(in AbortSeen, now time.Time) []Action {
+	if in.Abort.Runner == p.self {
+		return nil
+	}
+	o := Outcome{Kind: Failed, Rank: in.Abort.Rank, ExitCode: in.Abort.ExitCode, Remote: true, Final: in.Abort.Final,
+		Reason: fmt.Sprintf("runner %s aborted the attempt: %s", in.Abort.Runner, in.Abort.Reason)}
+	o.Error = in.Abort.Error
+	if o.ExitCode == 0 {
+		o.ExitCode = 1
+	}
+	switch p.phase {
+	case phaseRunning:
+		p.outcome = o
+		if o.Final {
+			return p.stop(syscall.SIGTERM, now)
+		}
+		return p.fail(now)
+	case phaseGrace, phaseStopping, phaseKilling:
+		// Already failing; an interrupted runner still makes the
+		// failure final, so no runner restarts without the others.
+		p.outcome.Final = p.outcome.Final || o.Final
+	case phaseBarrier:
+		p.outcome = o
+		return p.finish()
+	}
+	return nil
+}
+
+// signalReceived: this runner received a signal.
+func (p *Policy) signalReceived(in SignalReceived, now time.Time) []Action {
+	o := Outcome{Kind: Interrupted, Rank: -1, ExitCode: 128 + int(in.Sig), Final: true,
+		Reason: fmt.Sprintf("runner %s received %v", p.self, in.Sig)}
+	switch p.phase {
+	case phaseRunning:
+		p.outcome = o
+		acts := []Action{PublishAbort{Abort{Runner: p.self, Rank: -1, Reason: o.Reason, ExitCode: o.ExitCode, Final: true}}}
+		return append(acts, p.stop(in.Sig, now)...)
+	case phaseGrace:
+		// Interrupted while the others report a failure: forward the
+		// signal now, keep the failure as the cause, never restart.
+		p.outcome.Final = true
+		a := Abort{Runner: p.self, Rank: p.outcome.Rank, Reason: p.outcome.Reason + "; then " + o.Reason,
+			ExitCode: p.outcome.ExitCode, Error: p.outcome.Error, Final: true}
+		return append([]Action{PublishAbort{a}}, p.stop(in.Sig, now)...)
+	case phaseStopping:
+		// A second signal: stop waiting for the grace period.
+		p.phase = phaseKilling
+		return []Action{SignalRanks{syscall.SIGKILL}}
+	case phaseBarrier:
+		p.outcome = o
+		return p.finish()
+	}
+	return nil
+}
+
+// runnerLost: another runner's heartbeat went silent.
+func (p *Policy) runnerLost(in RunnerLost, now time.Time) []Action {
+	o := Outcome{Kind: Failed, Rank: -1, ExitCode: 1,
+		Reason: fmt.Sprintf("runner %s sent no heartbeat for %v (its host or network is gone, or it hangs)", in.Runner, in.Silent.Round(time.Millisecond))}
+	abort := PublishAbort{Abort{Runner: p.self, Rank: -1, Reason: o.Reason, ExitCode: 1}}
+	switch p.phase {
+	case phaseRunning:
+		p.outcome = o
+		return append([]Action{abort}, p.fail(now)...)
+	case phaseBarrier:
+		p.outcome = o
+		return append([]Action{abort}, p.finish()...)
 	}
 	return nil
 }

@@ -107,7 +107,7 @@ func run(n, warm int) error {
 	bg := context.Background()
 
 	// ranktree: the ProcessGroup a program uses
-	rt, err := ranktree.Init(bg, ranktree.WithStore(store.NewMemStore()), ranktree.WithRank(0), ranktree.WithWorldSize(1), ranktree.WithLocalRank(0), ranktree.WithLocalWorldSize(1), ranktree.WithGroupRank(0),
+	rt, err := ranktree.Init(bg, ranktree.WithStore(store.NewMemStore()), ranktree.WithRank(0), ranktree.WithWorldSize(1), ranktree.WithLocalRank(0), ranktree.WithLocalWorldSize(1), ranktree.WithNodeRank(0),
 		ranktree.WithJob("launchbench"), ranktree.WithLogger(zerolog.Nop()),
 		ranktree.WithBackend(nccl.Factory(opts)), ranktree.WithDevice(0))
 	if err != nil {
