@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
 // Engine is the built-in CPU collective engine for one communicator: a
@@ -64,15 +64,7 @@ type task struct {
 }
 
 // Factory returns a comm.BackendFactory that creates CPU engines with opts.
-func Factory(opts Options) comm.BackendFactory {
-	return func(ctx context.Context, cfg comm.BackendConfig) (comm.Backend, error) {
-		e, err := New(ctx, cfg, opts)
-		if err != nil {
-			return nil, err
-		}
-		return e, nil
-	}
-}
+func Factory(opts Options) comm.BackendFactory { return enginekit.Factory(New, opts) }
 
 // New creates the engine for cfg.Rank of a group of cfg.Size and connects
 // it to every peer: it publishes its address under the store keys of
@@ -279,8 +271,16 @@ func (e *Engine) Close() error {
 	if e.mesh != nil && e.stopped() == nil {
 		// Peers that still wait for this rank learn that it closed the
 		// group, rather than reading an EOF (failure.go).
-		e.tell(failNotice{Kind: noticeClosed, Origin: e.globalRank(e.cfg.Rank), Seq: e.curSeq.Load(),
-			Reason: fmt.Sprintf("rank %d destroyed process group %q (epoch %d)", e.globalRank(e.cfg.Rank), e.cfg.Group, e.cfg.Epoch)})
+		n := failNotice{Kind: noticeClosed, Origin: e.globalRank(e.cfg.Rank), Seq: e.curSeq.Load(),
+			Reason: fmt.Sprintf("rank %d destroyed process group %q (epoch %d)", e.globalRank(e.cfg.Rank), e.cfg.Group, e.cfg.Epoch)}
+		if err := e.fatal.get(); err != nil {
+			// The communicator broke before this rank closed it (a peer's
+			// notice, say): pass the failure on with its origin and seq,
+			// so that a peer that hears of it from this rank first blames
+			// the rank where it started, not this one.
+			n = e.noticeFor(noticeAbort, err)
+		}
+		e.tell(n)
 	}
 	e.stop(fmt.Errorf("%w: cpu engine of group %q closed", comm.ErrClosed, e.cfg.Group))
 	// A waiter that claimed an op before the stop flag (RunInline checks it
@@ -484,36 +484,17 @@ func (e *Engine) execSafe(op *comm.Op, w *comm.Work) (err error) {
 }
 
 // globalRank maps a group rank to the job's global rank.
-func (e *Engine) globalRank(r int) int {
-	if len(e.cfg.GlobalRanks) == e.cfg.Size {
-		return e.cfg.GlobalRanks[r]
-	}
-	return r
-}
+func (e *Engine) globalRank(r int) int { return enginekit.GlobalRank(&e.cfg, r) }
 
-// injectFault honours cfg.Faults (RANKTREE_FAULT) for this rank and op.
+// injectFault honours cfg.Faults (RANKTREE_FAULT) for this rank and op
+// (enginekit.InjectFault); a hang waits for the engine to stop.
 func (e *Engine) injectFault(op *comm.Op) error {
-	if len(e.cfg.Faults) == 0 || comm.UsesP2PSeq(op) {
-		return nil
+	hang, err := enginekit.InjectFault(&e.cfg, "cpu", op, &e.log)
+	if hang {
+		<-e.ctl.stop
+		return e.stopped()
 	}
-	g := e.globalRank(e.cfg.Rank)
-	for _, f := range e.cfg.Faults {
-		if !f.Matches(g, e.cfg.Group, op.FP.Seq) {
-			continue
-		}
-		e.log.Warn().Str("fault", f.Kind).Uint64("seq", f.Seq).Int("rank", g).Msg("injected fault")
-		switch f.Kind {
-		case comm.FaultHang:
-			<-e.ctl.stop
-			return e.stopped()
-		case comm.FaultCrash:
-			fmt.Fprintf(os.Stderr, "ranktree: injected fault: crash at rank %d, %v\n", g, op.FP)
-			os.Exit(3)
-		case comm.FaultError:
-			return &comm.EngineError{Engine: "cpu", Rank: e.cfg.Rank, FP: op.FP, Msg: "injected fault (error)"}
-		}
-	}
-	return nil
+	return err
 }
 
 // mismatch records that peer sent got while this rank runs the current op

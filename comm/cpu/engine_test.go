@@ -371,6 +371,29 @@ func TestPeerDeath(t *testing.T) {
 	}
 }
 
+// TestCloseAfterFailureKeepsOrigin: a rank whose communicator already
+// broke (it heard of a failure that started at rank 2, seq 1) and then
+// destroys the group passes that failure on: a peer that hears of it from
+// this rank first blames rank 2 at seq 1, not the rank that closed.
+func TestCloseAfterFailureKeepsOrigin(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGroup(t, 3, Options{Transport: tr})
+			buf := comm.NewHostBuffer(comm.Float32, 16)
+			fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, Count: 16, Root: -1, RedOp: comm.RedSum}
+			w := launch(g.engines[1], &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
+			time.Sleep(20 * time.Millisecond)
+			g.engines[0].onNotice(2, encodeNotice(failNotice{Kind: noticeAbort, Origin: 2, Seq: 1, Reason: "rank 2 timed out"}), nil)
+			_ = g.engines[0].Close()
+			err := waitT(t, w, 5*time.Second)
+			var ra *comm.RemoteAbortError
+			if !errors.As(err, &ra) || ra.Rank != 2 || ra.Seq != 1 || !strings.Contains(ra.Reason, "rank 2 timed out") {
+				t.Fatalf("got %v, want a RemoteAbortError naming rank 2 at seq 1", err)
+			}
+		})
+	}
+}
+
 // TestFaultError: an injected "error" fault fails exactly the op at its
 // seq on its rank with an *comm.EngineError.
 func TestFaultError(t *testing.T) {
