@@ -42,12 +42,6 @@ const (
 	EnvNATSTLSKey   = "RANKTREE_NATS_TLS_KEY"  // client key (mutual TLS)
 )
 
-// EnvGroupRank is the old name of EnvNodeRank.
-//
-// Deprecated: use EnvNodeRank; GROUP_RANK is the node rank, not a rank in
-// a process group.
-const EnvGroupRank = EnvNodeRank
-
 // Errors returned by Init.
 var (
 	// ErrEnv is returned (as *EnvError) when a required variable of the env

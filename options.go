@@ -93,11 +93,6 @@ func WithNodeRank(rank int) Option {
 	}
 }
 
-// WithGroupRank is the old name of WithNodeRank.
-//
-// Deprecated: use WithNodeRank.
-func WithGroupRank(rank int) Option { return WithNodeRank(rank) }
-
 // WithRestartCount sets the restart attempt (overrides RANKTREE_RESTART_COUNT).
 // Store keys of attempt n live under "restart/<n>/".
 func WithRestartCount(n int) Option {

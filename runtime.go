@@ -165,12 +165,6 @@ func (r *Runtime) LocalWorldSize() int { return r.localWorldSize }
 // process group: comm.ProcessGroup.Rank is that.
 func (r *Runtime) NodeRank() int { return r.nodeRank }
 
-// GroupRank is the old name of NodeRank.
-//
-// Deprecated: use NodeRank; the value is the node rank, not a rank in a
-// process group.
-func (r *Runtime) GroupRank() int { return r.nodeRank }
-
 // Job is the job id.
 func (r *Runtime) Job() string { return r.job }
 
