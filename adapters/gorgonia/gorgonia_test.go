@@ -110,6 +110,21 @@ func world(t *testing.T, n int) []*comm.ProcessGroup {
 	return pgs
 }
 
+// sameWeights fails unless every rank's weights (got[rank]) are those of
+// the single-rank reference (want) within float tolerance.
+func sameWeights(t *testing.T, ref *mlp, got [][][]float32, want [][]float32) {
+	t.Helper()
+	for r := range got {
+		for p := range want {
+			for i := range want[p] {
+				if d := math.Abs(float64(got[r][p][i] - want[p][i])); d > 1e-5 {
+					t.Fatalf("rank %d %s[%d] = %v, single rank on the whole batch %v", r, ref.learnables[p].Name(), i, got[r][p][i], want[p][i])
+				}
+			}
+		}
+	}
+}
+
 // TestParityWithSingleRank is the DDP parity test (torch's
 // test_DistributedDataParallel: DDP on n ranks against the local model on
 // the concatenated batch): training on 2 ranks with half the global batch
@@ -160,15 +175,7 @@ func TestParityWithSingleRank(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for r := range n {
-				for p := range want {
-					for i := range want[p] {
-						if d := math.Abs(float64(got[r][p][i] - want[p][i])); d > 1e-5 {
-							t.Fatalf("rank %d %s[%d] = %v, single rank on the whole batch %v", r, ref.learnables[p].Name(), i, got[r][p][i], want[p][i])
-						}
-					}
-				}
-			}
+			sameWeights(t, ref, got, want)
 		})
 	}
 }
@@ -243,15 +250,7 @@ func TestAccumulateParity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for r := range n {
-				for p := range want {
-					for i := range want[p] {
-						if d := math.Abs(float64(got[r][p][i] - want[p][i])); d > 1e-5 {
-							t.Fatalf("rank %d %s[%d] = %v, single rank on the whole batch %v", r, ref.learnables[p].Name(), i, got[r][p][i], want[p][i])
-						}
-					}
-				}
-			}
+			sameWeights(t, ref, got, want)
 		})
 	}
 }
