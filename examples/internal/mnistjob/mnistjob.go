@@ -40,7 +40,7 @@ type Options struct {
 	Batch int
 	// LR is the learning rate (--lr, > 0).
 	LR float64
-	// Seed seeds shuffling and initialisation (--seed).
+	// Seed seeds the shuffle (--seed), and GoMLX's initial weights.
 	Seed uint64
 	// TrainLimit keeps the first N training samples (--train-limit; 0: all 60,000).
 	TrainLimit int
@@ -63,7 +63,7 @@ func NewFlagSet(name string, defaultLR float64, lrUsage, threadsUsage string) (*
 	fs.IntVar(&o.Epochs, "epochs", 3, "passes over the training set")
 	fs.IntVar(&o.Batch, "batch-size", 128, "global batch size (a multiple of the world size)")
 	fs.Float64Var(&o.LR, "lr", defaultLR, lrUsage)
-	fs.Uint64Var(&o.Seed, "seed", 1, "shuffle and initialisation seed")
+	fs.Uint64Var(&o.Seed, "seed", 1, "shuffle seed (GoMLX also seeds its initial weights with it; Gorgonia draws them from Go's global source, and rank 0's are broadcast)")
 	fs.IntVar(&o.TrainLimit, "train-limit", 0, "train on the first N samples (0: all)")
 	fs.IntVar(&o.Threads, "threads", 0, threadsUsage)
 	fs.StringVar(&o.DataDir, "data-dir", "", "folder with the MNIST .gz files (default: module cache)")
