@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -96,49 +95,9 @@ func TestShapedAllReduceAllocs(t *testing.T) {
 	}
 	for _, tr := range []string{TransportSHM, TransportInmem} {
 		t.Run(tr, func(t *testing.T) {
-			const n, runs, warm = 2, 100, 30
-			g := newGroup(t, n, Options{Transport: tr})
+			g := newGroup(t, 2, Options{Transport: tr})
 			bufs := []comm.Buffer{comm.NewHostBuffer(comm.Float32, 16).WithShape(2, 8), comm.NewHostBuffer(comm.Float32, 16).WithShape(2, 8)}
-			total := warm + runs + 1
-			ops, works := make([][]*comm.Op, n), make([][]*comm.Work, n)
-			for r := range n {
-				for i := range total {
-					fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: uint64(i + 1), Op: comm.OpAllReduce,
-						DType: comm.Float32, Count: 16, Root: -1, RedOp: comm.RedSum, Shape: bufs[r].ShapeKey()}
-					ops[r] = append(ops[r], &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[r]}})
-					works[r] = append(works[r], comm.NewWork(comm.OpAllReduce))
-				}
-			}
-			ctx := context.Background()
-			next, done := make(chan int), make(chan error)
-			go func() {
-				for i := range next {
-					setF(bufs[1], 0, 2)
-					g.engines[1].Launch(ops[1][i], works[1][i])
-					done <- works[1][i].Wait(ctx)
-				}
-			}()
-			defer close(next)
-			i := 0
-			step := func() {
-				setF(bufs[0], 0, 1)
-				next <- i
-				g.engines[0].Launch(ops[0][i], works[0][i])
-				if err := works[0][i].Wait(ctx); err != nil {
-					t.Fatalf("op %d rank 0: %v", i, err)
-				}
-				if err := <-done; err != nil {
-					t.Fatalf("op %d rank 1: %v", i, err)
-				}
-				if got := getF(bufs[0], 0); got != 3 {
-					t.Fatalf("op %d: rank 0 has %v, want 1+2", i, got)
-				}
-				i++
-			}
-			for range warm {
-				step()
-			}
-			if a := testing.AllocsPerRun(runs, step); a != 0 {
+			if a := allocsPerAllReduce(t, g, bufs, 30, 100); a != 0 {
 				t.Errorf("%s: %v allocations per shaped 64 B allreduce, want 0", tr, a)
 			}
 		})
