@@ -229,16 +229,28 @@ func (g *shmGroup) wakePeers() {
 // futexSlice the waiter wakes up on its own and re-checks that the engine
 // was not aborted, that no peer died or sent a failure notice, so
 // failures are noticed within about a millisecond even if nobody rings.
+//
+// Once a wait of the same loop ended in progress, the peer is known to be
+// moving data (the next ring slot of a large message), not late: such a
+// wait spins, or yields when oversubscribed, for up to spinFlowing before
+// it sleeps, so that a transfer in flight does not pay a futex wake-up
+// per slot.
 const (
-	spinFor    = 50 * time.Microsecond
-	futexSlice = time.Millisecond
+	spinFor     = 50 * time.Microsecond
+	spinFlowing = 300 * time.Microsecond
+	futexSlice  = time.Millisecond
 )
 
-// pace is the state of one wait (the zero value starts one).
+// pace is the state of the waits of one loop (the zero value starts one).
 type pace struct {
 	start time.Time
 	armed *atomic.Uint32 // the sleeping flag raised, or nil
 	bell  uint32         // bell value read when arming
+	// flowing is set once a wait of this loop ended in progress: the
+	// peer is moving data, so the next wait (for the next piece of a
+	// message in flight) is short and may last up to spinFlowing before
+	// the rank sleeps.
+	flowing bool
 }
 
 // pause waits a little for a condition the caller re-checks after each
@@ -258,7 +270,7 @@ func (g *shmGroup) pause(p *pace, c *ctl) error {
 				p.start = time.Now()
 				return nil
 			}
-			if time.Since(p.start) < g.spin {
+			if time.Since(p.start) < p.budget(g.spin) {
 				// Let this process's other goroutines run (another
 				// rank's progress goroutine, in one process).
 				runtime.Gosched()
@@ -268,7 +280,7 @@ func (g *shmGroup) pause(p *pace, c *ctl) error {
 			if p.start.IsZero() {
 				p.start = time.Now()
 			}
-			if time.Since(p.start) < g.yield {
+			if time.Since(p.start) < p.budget(g.yield) {
 				// Oversubscribed: hand the CPU to whoever waits for it
 				// (likely the peer this rank waits for).
 				runtime.Gosched()
@@ -287,12 +299,25 @@ func (g *shmGroup) pause(p *pace, c *ctl) error {
 	return nil
 }
 
-// settle ends a wait: it lowers the sleeping flag if pause raised it, so
-// that peers stop ringing.
+// budget is how long this wait spins or yields before it sleeps: base,
+// or spinFlowing once data is flowing.
+func (p *pace) budget(base time.Duration) time.Duration {
+	if p.flowing {
+		return max(base, spinFlowing)
+	}
+	return base
+}
+
+// settle ends a wait after progress (backoff.reset): it lowers the
+// sleeping flag if pause raised it, so that peers stop ringing, and marks
+// the loop's data as flowing.
 func (p *pace) settle() {
 	if p.armed != nil {
 		p.armed.Store(0)
 		p.armed = nil
+	}
+	if !p.start.IsZero() {
+		p.flowing = true
 	}
 	p.start = time.Time{}
 }
