@@ -86,31 +86,36 @@ func (m *Manager) createAt(ctx context.Context, spec comm.GroupSpec, epoch uint3
 // supervise puts a connected engine under the watchdog and flight
 // recorder, spawns its communicator actor under the supervision root and
 // builds the ProcessGroup over it. On error the engine is closed.
-func (m *Manager) supervise(ctx context.Context, be comm.Backend, spec comm.GroupSpec, epoch uint32) (*launcher, *comm.ProcessGroup, error) {
-	watched := &panicAwareEngine{Backend: be}
-	obs := m.sv.AttachGroup(supervisor.GroupSpec{Name: spec.Name, Epoch: epoch, Engine: be.Name(),
-		Members: spec.GlobalRanks, Timeout: spec.Timeout, Detail: deviceDetail(be)}, spec.Rank, watched)
-	// The rank's supervision root is the actor's parent: its panics follow
-	// the policy (RANKTREE_ACTOR_PANIC).
-	cm, err := actors.NewCommunicator(m.system, be, actors.CommunicatorConfig{Group: spec.Name, Epoch: epoch, Observer: obs,
-		Log: m.cfg.Log, Parent: m.sv.Root, OnPanic: func(p *actors.Panic) { m.sv.ActorPanicked(p) }})
+func (m *Manager) supervise(ctx context.Context, be comm.Backend, spec comm.GroupSpec, epoch uint32) (*member, *comm.ProcessGroup, error) {
+	name := spec.Name
+	cm, err := actors.NewCommunicator(m.system, be, actors.CommunicatorConfig{
+		Group: name, Epoch: epoch, Log: m.cfg.Log, Rank: m.cfg.Rank,
+		// The watchdog watches the communicator itself: its AsyncError
+		// is the engine's or the actor's first panic.
+		Supervise: func(c *actors.Communicator) actors.Observer {
+			return m.sv.AttachGroup(supervisor.GroupSpec{Name: name, Epoch: epoch, Engine: be.Name(),
+				Members: spec.GlobalRanks, Timeout: spec.Timeout, Detail: deviceDetail(be)}, spec.Rank, c)
+		},
+		// The rank's supervision root is the actor's parent: its panics
+		// follow the policy (RANKTREE_ACTOR_PANIC).
+		Parent: m.sv.Root, OnPanic: func(p *actors.Panic) { m.sv.ActorPanicked(p) },
+		BlockingWait: m.cfg.Supervision.BlockingWait, CloseGrace: CloseGrace, CloseBound: closeCommBound,
+		OnClosed: func(c *actors.Communicator) { m.closed(name, c) },
+	})
 	if err != nil {
-		m.sv.DetachGroup(spec.Name)
+		m.sv.DetachGroup(name)
 		be.Close()
 		return nil, nil, err
 	}
-	l := &launcher{Communicator: cm, m: m, group: spec.Name, epoch: epoch, blocking: m.cfg.Supervision.BlockingWait}
 	pg, err := comm.NewProcessGroup(comm.GroupConfig{
-		Name: spec.Name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
-		Launcher: l, Engine: be.Name(), Factory: m, Timeout: spec.Timeout, Store: m.cfg.Store, Log: m.cfg.Log,
+		Name: name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
+		Launcher: cm, Engine: be.Name(), Factory: m, Timeout: spec.Timeout, Store: m.cfg.Store, Log: m.cfg.Log,
 	})
 	if err != nil {
-		l.Close(ctx)
+		cm.Close(ctx)
 		return nil, nil, err
 	}
-	watched.cm.Store(cm)
-	l.pg = pg
-	return l, pg, nil
+	return &member{cm: cm, pg: pg, group: name, epoch: epoch}, pg, nil
 }
 
 // register makes l its group's live communicator (on the loop), and the
@@ -118,7 +123,7 @@ func (m *Manager) supervise(ctx context.Context, be comm.Backend, spec comm.Grou
 // world, in a restart (so World, Group and Restarted change together); it
 // lets the restart core see it: a peer may have aborted this epoch before
 // it was ours. It reports false once Close began.
-func (m *Manager) register(l *launcher, prev *comm.ProcessGroup) bool {
+func (m *Manager) register(l *member, prev *comm.ProcessGroup) bool {
 	ok := false
 	m.do(func(s *state) {
 		if s.closing {

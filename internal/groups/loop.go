@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/supervisor"
 )
@@ -14,8 +15,8 @@ type state struct {
 	closing bool // Close began: no new groups, no restarts
 	stopped bool // the loop ends after this request (end of Close)
 
-	comms    []*launcher             // live communicators, oldest first
-	current  map[string]*launcher    // group name → its live communicator
+	comms    []*member               // live communicators, oldest first
+	current  map[string]*member      // group name → its live communicator
 	epochs   map[string]uint32       // group name → last epoch used
 	restarts map[string]*restartCall // CommID of a restarted epoch → its restart
 	core     *restartCore            // the restart policy's pure core (core.go); nil without the policy
@@ -25,8 +26,18 @@ type state struct {
 	changed chan struct{}
 }
 
+// member is the owner's record of one live communicator: the group's
+// handle over it, for Group and Restarted. It is bookkeeping, not a layer
+// on the op path (the ProcessGroup submits to the communicator itself).
+type member struct {
+	cm    *actors.Communicator
+	pg    *comm.ProcessGroup
+	group string
+	epoch uint32
+}
+
 func newState(policy bool) *state {
-	s := &state{current: map[string]*launcher{}, epochs: map[string]uint32{},
+	s := &state{current: map[string]*member{}, epochs: map[string]uint32{},
 		restarts: map[string]*restartCall{}, changed: make(chan struct{})}
 	if policy {
 		s.core = newRestartCore(true, MaxAutoRestarts, AutoRestartWindow)

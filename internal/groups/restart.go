@@ -65,7 +65,7 @@ func (m *Manager) Restart(ctx context.Context, pg *comm.ProcessGroup) (*comm.Pro
 // beginRestart records, on the loop, a restart of name from epoch from,
 // or finds the one already running (running true). l is the group's live
 // communicator at that epoch, nil if it was destroyed already.
-func (m *Manager) beginRestart(name string, from uint32) (call *restartCall, running bool, l *launcher, err error) {
+func (m *Manager) beginRestart(name string, from uint32) (call *restartCall, running bool, l *member, err error) {
 	key := supervisor.CommID(name, from)
 	err = m.closedErr("restarting", name)
 	m.do(func(s *state) {
@@ -92,15 +92,15 @@ func (m *Manager) beginRestart(name string, from uint32) (call *restartCall, run
 
 // restart carries out Restart for pg, whose live communicator is l (nil
 // if pg was destroyed already).
-func (m *Manager) restart(ctx context.Context, pg *comm.ProcessGroup, l *launcher) (*comm.ProcessGroup, error) {
+func (m *Manager) restart(ctx context.Context, pg *comm.ProcessGroup, l *member) (*comm.ProcessGroup, error) {
 	name, from := pg.Name(), pg.Epoch()
 	log := m.cfg.Log.With().Str("group", name).Uint32("epoch", from).Logger()
 	log.Warn().Msg("restarting communicator")
 	reason := fmt.Errorf("epoch %d was replaced by a communicator restart (use Runtime.World, Runtime.Group or Runtime.Restarted for the new group)", from)
 	if l != nil {
-		l.retired.Store(&comm.AbortedError{Group: name, Reason: reason})
-		l.Abort(reason)
-		if err := l.Close(ctx); err != nil {
+		l.cm.Retire(&comm.AbortedError{Group: name, Reason: reason})
+		l.cm.Abort(reason)
+		if err := l.cm.Close(ctx); err != nil {
 			log.Warn().Err(err).Msg("restart: closing the old communicator")
 		}
 	} else {
@@ -138,7 +138,7 @@ func (m *Manager) Restarted(ctx context.Context, old *comm.ProcessGroup) (*comm.
 	for {
 		closing, changed := true, (chan struct{})(nil)
 		var call *restartCall
-		var l *launcher
+		var l *member
 		m.do(func(s *state) {
 			closing, call, l, changed = s.closing, s.restarts[key], s.current[old.Name()], s.changed
 		})
@@ -198,7 +198,7 @@ func (m *Manager) onAbort(commID string, value []byte) {
 // off the loop, and reports a failure back to the core, which decides
 // whether the rank escalates: its group is broken and the members could
 // not agree on a new one.
-func (m *Manager) autoRestart(l *launcher, rec supervisor.AbortRecord) {
+func (m *Manager) autoRestart(l *member, rec supervisor.AbortRecord) {
 	log := m.cfg.Log.With().Str("group", l.group).Uint32("epoch", l.epoch).Logger()
 	log.Warn().Int("aborted_by", rec.Rank).Str("reason", rec.Reason).Msg("restart policy: group aborted; re-creating it under the next epoch")
 	ctx, cancel := context.WithTimeout(m.watchCtx, m.cfg.Timeout+CloseGrace+closeCommBound)

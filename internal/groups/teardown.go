@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ranktree/ranktree/actors"
 )
 
 // bounded runs f and returns its error, or a timeout error naming what
@@ -23,24 +25,26 @@ func bounded(what string, d time.Duration, f func() error) error {
 	}
 }
 
-// forget removes l from the live communicators (on the loop) and reports
-// whether it was its group's current one (a closed stale epoch must not
-// take its successor off the watchdog).
-func (m *Manager) forget(l *launcher) bool {
+// closed is a communicator's OnClosed: the owner forgets it (on the loop)
+// and, if it was its group's current one, takes the group off the
+// watchdog (a closed stale epoch must not take its successor off).
+func (m *Manager) closed(group string, cm *actors.Communicator) {
 	current := false
 	m.do(func(s *state) {
 		for i, c := range s.comms {
-			if c == l {
+			if c.cm == cm {
 				s.comms = append(s.comms[:i], s.comms[i+1:]...)
 				break
 			}
 		}
-		if s.current[l.group] == l {
-			delete(s.current, l.group)
+		if l := s.current[group]; l != nil && l.cm == cm {
+			delete(s.current, group)
 			current = true
 		}
 	})
-	return current
+	if current {
+		m.sv.DetachGroup(group)
+	}
 }
 
 // Close is the rank's teardown: no new groups and no automatic restarts
@@ -56,7 +60,7 @@ func (m *Manager) Close(ctx context.Context) error {
 
 // teardown is Close's one run.
 func (m *Manager) teardown(ctx context.Context) error {
-	var comms []*launcher
+	var comms []*member
 	m.do(func(s *state) {
 		s.closing = true
 		comms = append(comms, s.comms...)
@@ -70,7 +74,7 @@ func (m *Manager) teardown(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = l.closeBy(ctx, graceEnd)
+			errs[i] = l.cm.CloseBy(ctx, graceEnd)
 		}()
 	}
 	wg.Wait()
