@@ -434,10 +434,7 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 	} else {
 		seq = a.seq.Add(1)
 	}
-	op.FP.Group, op.FP.Epoch, op.FP.Seq = a.hash, a.epoch, seq
-	for _, ch := range op.Children {
-		ch.FP.Group, ch.FP.Epoch, ch.FP.Seq = a.hash, a.epoch, seq
-	}
+	op.SetIdentity(a.hash, a.epoch, seq)
 	w.SetFingerprint(op.FP)
 	if a.observer != nil {
 		a.observer.Scheduled(op, w)

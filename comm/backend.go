@@ -27,7 +27,10 @@ type Backend interface {
 	// for communication. The engine completes w exactly once: nil on
 	// success, else a typed error (*MismatchError, *TransportError,
 	// *AbortedError, *EngineError ...). op and its buffers stay referenced
-	// until then.
+	// until then. op has passed the ProcessGroup's validation (validate.go:
+	// buffers on the engine's memory, roots, peers, counts) and carries its
+	// identity, children included (Op.SetIdentity, by the communicator
+	// actor); the engine checks neither again.
 	Launch(op *Op, w *Work)
 	// Abort fails every in-flight and later op with an error wrapping
 	// ErrAborted and reason; it returns promptly (the CPU engine unblocks

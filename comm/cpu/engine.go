@@ -416,9 +416,6 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 		return err
 	}
 	w.MarkStarted()
-	if err := e.validate(op); err != nil {
-		return err
-	}
 	err := e.execSafe(op, w)
 	if err == nil {
 		// An abort is final: an op that ends after a peer's abort notice

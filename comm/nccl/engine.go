@@ -446,10 +446,6 @@ func (e *Engine) handle(r request, inflight []*pending) []*pending {
 	if hang {
 		return append(inflight, &pending{w: r.w, op: r.op, hung: true})
 	}
-	if err := e.validate(r.op); err != nil {
-		e.finish(r.w, err)
-		return inflight
-	}
 	if e.initErr != nil {
 		e.finish(r.w, e.initErr)
 		return inflight

@@ -109,7 +109,7 @@ func (m *Manager) supervise(ctx context.Context, be comm.Backend, spec comm.Grou
 	}
 	pg, err := comm.NewProcessGroup(comm.GroupConfig{
 		Name: name, Epoch: epoch, Rank: spec.Rank, Size: len(spec.GlobalRanks), GlobalRanks: spec.GlobalRanks,
-		Launcher: cm, Engine: be.Name(), Factory: m, Timeout: spec.Timeout, Store: m.cfg.Store, Log: m.cfg.Log,
+		Launcher: cm, Engine: be.Name(), Device: m.cfg.Device, Factory: m, Timeout: spec.Timeout, Store: m.cfg.Store, Log: m.cfg.Log,
 	})
 	if err != nil {
 		cm.Close(ctx)
