@@ -167,9 +167,6 @@ func (m *Manager) Group(name string) *comm.ProcessGroup {
 	return pg
 }
 
-// Supervision is the rank's supervision tree.
-func (m *Manager) Supervision() *supervisor.Rank { return m.sv }
-
 // incarnations counts Inits per (store, job, rank) in this process: it is
 // process-wide by nature (a Close then Init in the same process must not
 // reuse the earlier Init's store keys).
