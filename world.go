@@ -8,26 +8,27 @@ import (
 	"github.com/ranktree/ranktree/comm/cpu"
 	"github.com/ranktree/ranktree/comm/cuda/nvmlinfo"
 	"github.com/ranktree/ranktree/comm/nccl"
+	"github.com/ranktree/ranktree/internal/envcontract"
 	"github.com/ranktree/ranktree/internal/groups"
 	"github.com/ranktree/ranktree/supervisor"
 )
 
 // EnvTransport selects the CPU engine's transport: "auto" (default: shared
 // memory between ranks on one host, TCP otherwise), "shm" or "tcp".
-const EnvTransport = "RANKTREE_TRANSPORT"
+const EnvTransport = envcontract.Transport
 
 // EnvBackend selects the collective engine of every process group: "cpu"
 // (the default: the built-in CPU engine, host buffers) or "nccl" (NCCL and
 // the CUDA driver loaded at run time, device buffers; the rank's GPU is
 // LOCAL_RANK modulo the node's GPU count). torch.distributed's
 // init_process_group(backend=...).
-const EnvBackend = "RANKTREE_BACKEND"
+const EnvBackend = envcontract.Backend
 
 // EnvFault injects faults into the CPU engine (see comm.ParseFaults and
 // docs/faults.md), e.g. "hang@rank=1,seq=5". Unset in normal runs. A fault
 // applies to every epoch of a matching group: a group re-created by
 // RestartGroup meets it again when its seq counter reaches S.
-const EnvFault = "RANKTREE_FAULT"
+const EnvFault = envcontract.Fault
 
 // WorldGroupName is the name of the default process group (c10d's default_pg).
 const WorldGroupName = groups.WorldGroupName
@@ -119,7 +120,7 @@ func (r *Runtime) initGroups(ctx context.Context, c *config) error {
 	if p := c.supOpts.actorPanic; p != 0 {
 		// The option replaces RANKTREE_ACTOR_PANIC; the other variables
 		// still apply, and restart may change the error-handling default.
-		sup, err = c.env.supervisionWith(supervisor.EnvActorPanic, p.String())
+		sup, err = c.env.SupervisionWith(supervisor.EnvActorPanic, p.String())
 		if err != nil {
 			return &OptionError{Option: fmt.Sprintf("WithActorPanic(%v)", p), Msg: err.Error()}
 		}
