@@ -41,8 +41,8 @@ func TestDumpsOnRequest(t *testing.T) {
 			last = 2
 		}
 		for seq := uint64(1); seq <= last; seq++ {
-			w := comm.NewWork(comm.OpAllReduce)
-			r.Record("default_pg", allreduceOp(seq, 4), w, time.Minute)
+			w := comm.NewPromise(comm.OpAllReduce)
+			r.Record("default_pg", allreduceOp(seq, 4), w.Work(), time.Minute)
 			if seq < 3 {
 				w.MarkStarted()
 				w.Complete(nil)

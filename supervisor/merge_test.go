@@ -198,8 +198,8 @@ func TestMergeRecorderDumps(t *testing.T) {
 			last = 4
 		}
 		for seq := uint64(1); seq <= last; seq++ {
-			w := comm.NewWork(comm.OpAllReduce)
-			r.Record("default_pg", allreduceOp(seq, 8), w, 0)
+			w := comm.NewPromise(comm.OpAllReduce)
+			r.Record("default_pg", allreduceOp(seq, 8), w.Work(), 0)
 			if seq <= 4 {
 				w.MarkStarted()
 				w.Complete(nil)
