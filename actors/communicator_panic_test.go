@@ -175,15 +175,15 @@ func TestStoppedByParent(t *testing.T) {
 	if strings.Contains(c.PID().Id, "comm-g") {
 		t.Errorf("a Spawner without SpawnPrefix named the actor %q", c.PID().Id)
 	}
-	w := comm.NewPromise(comm.OpBarrier)
-	c.Submit(&comm.Op{Type: comm.OpBarrier}, w)
-	if err := w.Work().Err(); !errors.Is(err, comm.ErrEngine) {
+	p := comm.NewPromise(comm.OpBarrier)
+	c.Submit(&comm.Op{Type: comm.OpBarrier}, p)
+	if err := p.Work().Err(); !errors.Is(err, comm.ErrEngine) {
 		t.Fatalf("panicking op: %v", err)
 	}
 	waitFor(t, "the actor stopped", c.Stopped)
-	w = comm.NewPromise(comm.OpBarrier)
-	c.Submit(&comm.Op{Type: comm.OpBarrier}, w)
-	if err := w.Work().Err(); !errors.Is(err, comm.ErrClosed) || !strings.Contains(err.Error(), "supervisor") {
+	p = comm.NewPromise(comm.OpBarrier)
+	c.Submit(&comm.Op{Type: comm.OpBarrier}, p)
+	if err := p.Work().Err(); !errors.Is(err, comm.ErrClosed) || !strings.Contains(err.Error(), "supervisor") {
 		t.Errorf("op after the stop: %v, want ErrClosed naming the supervisor", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -70,11 +70,11 @@ func TestFlightRecorderStatesFollowWorks(t *testing.T) {
 func TestFlightRecorderRingEvictsOldest(t *testing.T) {
 	r := NewFlightRecorder(RecorderConfig{Rank: 0, Capacity: 3})
 	for seq := uint64(1); seq <= 7; seq++ {
-		w := comm.NewPromise(comm.OpAllReduce)
-		r.Record("default_pg", allreduceOp(seq, 1), w.Work(), time.Second)
+		p := comm.NewPromise(comm.OpAllReduce)
+		r.Record("default_pg", allreduceOp(seq, 1), p.Work(), time.Second)
 		if seq <= 5 {
-			w.MarkStarted()
-			w.Complete(nil)
+			p.MarkStarted()
+			p.Complete(nil)
 		}
 	}
 	p2p := &comm.Op{Type: comm.OpSend, Peer: 1, FP: comm.Fingerprint{Seq: 1, Op: comm.OpSend, DType: comm.Int32, Count: 2, Root: 1},
@@ -154,9 +154,9 @@ func TestFlightRecorderConcurrent(t *testing.T) {
 			defer wg.Done()
 			name := []string{"a", "b", "c", "d"}[g]
 			for seq := uint64(1); seq <= 200; seq++ {
-				w := comm.NewPromise(comm.OpAllReduce)
-				r.Record(name, allreduceOp(seq, 1), w.Work(), time.Second)
-				go w.Complete(nil)
+				p := comm.NewPromise(comm.OpAllReduce)
+				r.Record(name, allreduceOp(seq, 1), p.Work(), time.Second)
+				go p.Complete(nil)
 			}
 		}(g)
 	}
@@ -186,8 +186,8 @@ func TestFlightRecorderConcurrent(t *testing.T) {
 
 func TestWriteDumpFileAndStore(t *testing.T) {
 	r := NewFlightRecorder(RecorderConfig{Job: "j", Rank: 3, WorldSize: 4})
-	w := comm.NewPromise(comm.OpAllReduce)
-	r.Record("default_pg", allreduceOp(1, 4), w.Work(), time.Minute)
+	p := comm.NewPromise(comm.OpAllReduce)
+	r.Record("default_pg", allreduceOp(1, 4), p.Work(), time.Minute)
 	dir := t.TempDir() + "/traces"
 	st := store.NewMemStore()
 	defer st.Close()
@@ -281,11 +281,11 @@ func TestFlightRecorderObserver(t *testing.T) {
 func BenchmarkFlightRecorderRecord(b *testing.B) {
 	r := NewFlightRecorder(RecorderConfig{Capacity: 2000})
 	op := allreduceOp(1, 1024)
-	w := comm.NewPromise(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		op.FP.Seq = uint64(i + 1)
-		r.Record("default_pg", op, w.Work(), time.Minute)
+		r.Record("default_pg", op, p.Work(), time.Minute)
 	}
 }
 
@@ -302,14 +302,14 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	}
 	coal := &comm.Op{Type: comm.OpCoalesced, Children: children,
 		FP: comm.Fingerprint{Op: comm.OpCoalesced, DType: comm.Float32, RedOp: comm.RedSum, Count: 9, Root: -1}}
-	w := comm.NewPromise(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	for range 32 { // two laps: every slot's overflow slice exists
-		r.Record("g", plain, w.Work(), time.Second)
-		r.Record("g", coal, w.Work(), time.Second)
+		r.Record("g", plain, p.Work(), time.Second)
+		r.Record("g", coal, p.Work(), time.Second)
 	}
 	if a := testing.AllocsPerRun(100, func() {
-		r.Record("g", plain, w.Work(), time.Second)
-		r.Record("g", coal, w.Work(), time.Second)
+		r.Record("g", plain, p.Work(), time.Second)
+		r.Record("g", coal, p.Work(), time.Second)
 	}); a != 0 {
 		t.Fatalf("%v allocations per Record pair, want 0", a)
 	}
@@ -336,7 +336,7 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	// A dump owns its shapes: recording over the ring does not change it.
 	before := d.Entries[0].InputSizes[0][0]
 	for range 16 {
-		r.Record("g", allreduceOp(2, 7), w.Work(), time.Second)
+		r.Record("g", allreduceOp(2, 7), p.Work(), time.Second)
 	}
 	if d.Entries[0].InputSizes[0][0] != before {
 		t.Fatal("a dump's shapes changed when the ring was reused")

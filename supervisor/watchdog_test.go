@@ -223,9 +223,9 @@ func TestWatchdogActorTearDownExitsAfterDump(t *testing.T) {
 	wd := startWatchdog(t, 0, TearDown, nil, rec)
 	eng := &fakeEngine{}
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}, Engine: "cpu"}, eng, eng)
-	w := comm.NewPromise(comm.OpBarrier)
-	wd.Track("g", comm.Fingerprint{Seq: 1, Op: comm.OpBarrier}, 50*time.Millisecond, w)
-	if err := waitWork(t, w.Work(), 10*time.Second); !errors.Is(err, comm.ErrTimeout) {
+	p := comm.NewPromise(comm.OpBarrier)
+	wd.Track("g", comm.Fingerprint{Seq: 1, Op: comm.OpBarrier}, 50*time.Millisecond, p)
+	if err := waitWork(t, p.Work(), 10*time.Second); !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("%v, want ErrTimeout", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -243,12 +243,12 @@ func TestWatchdogActorAsyncError(t *testing.T) {
 	wd := startWatchdog(t, 0, CleanupOnly, nil, rec)
 	eng := &fakeEngine{}
 	wd.Register(GroupSpec{Name: "g", Members: []int{0, 1}, Engine: "nccl"}, eng, eng)
-	w := comm.NewPromise(comm.OpAllReduce)
-	wd.Track("g", fpAt(1), 0, w)
+	p := comm.NewPromise(comm.OpAllReduce)
+	wd.Track("g", fpAt(1), 0, p)
 	eng.mu.Lock()
 	eng.async = errors.New("ncclSystemError")
 	eng.mu.Unlock()
-	err := waitWork(t, w.Work(), 10*time.Second)
+	err := waitWork(t, p.Work(), 10*time.Second)
 	var ee *comm.EngineError
 	if !errors.As(err, &ee) || ee.Engine != "nccl" || !strings.Contains(err.Error(), "ncclSystemError") {
 		t.Fatalf("%v, want an EngineError", err)
@@ -259,12 +259,12 @@ func TestWatchdogActorCompletedWorkIsForgotten(t *testing.T) {
 	rec := &recorder{}
 	wd := startWatchdog(t, 0, TearDown, nil, rec)
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
-	w := comm.NewPromise(comm.OpAllReduce)
-	wd.Track("g", fpAt(1), 100*time.Millisecond, w)
-	w.MarkStarted()
-	w.Complete(nil)
+	p := comm.NewPromise(comm.OpAllReduce)
+	wd.Track("g", fpAt(1), 100*time.Millisecond, p)
+	p.MarkStarted()
+	p.Complete(nil)
 	time.Sleep(400 * time.Millisecond) // well past the deadline
-	if err := w.Work().Err(); err != nil || rec.exited.Load() != 0 {
+	if err := p.Work().Err(); err != nil || rec.exited.Load() != 0 {
 		t.Errorf("completed work: err %v, exit %d", err, rec.exited.Load())
 	}
 	if beats := wd.Heartbeat().Load(); beats == 0 {
@@ -357,8 +357,8 @@ func TestWatchdogTearDownExitsProcess(t *testing.T) {
 		wd.Start(newSystem(), nil)
 		wd.Register(GroupSpec{Name: "default_pg", Members: []int{0}, Timeout: 50 * time.Millisecond}, nil, nil)
 		op := allreduceOp(1, 4)
-		w := comm.NewPromise(comm.OpAllReduce)
-		actors.Observers{rec.Observer("default_pg", nil), wd.Observer("default_pg")}.Scheduled(op, w)
+		p := comm.NewPromise(comm.OpAllReduce)
+		actors.Observers{rec.Observer("default_pg", nil), wd.Observer("default_pg")}.Scheduled(op, p)
 		time.Sleep(20 * time.Second) // the watchdog exits the process long before
 		t.Fatal("still alive after the deadline")
 	}
@@ -436,10 +436,10 @@ func TestWatchdogTrackIsBatchedPerTick(t *testing.T) {
 	}
 
 	// The group is aborted now: a new Work fails long before the next tick.
-	w := comm.NewPromise(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	start := time.Now()
-	wd.Track("g", fpAt(n+2), 0, w)
-	err = waitWork(t, w.Work(), 10*time.Second)
+	wd.Track("g", fpAt(n+2), 0, p)
+	err = waitWork(t, p.Work(), 10*time.Second)
 	if !errors.Is(err, comm.ErrAborted) {
 		t.Fatalf("work on an aborted group: %v, want ErrAborted", err)
 	}
@@ -498,9 +498,9 @@ func BenchmarkWatchdogTrack(b *testing.B) {
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		w := comm.NewPromise(comm.OpAllReduce)
-		wd.Track("g", fpAt(uint64(i+1)), 0, w)
-		w.Complete(nil)
+		p := comm.NewPromise(comm.OpAllReduce)
+		wd.Track("g", fpAt(uint64(i+1)), 0, p)
+		p.Complete(nil)
 		if i%4096 == 0 {
 			rec.mu.Lock()
 			rec.events = rec.events[:0]

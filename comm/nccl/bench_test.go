@@ -36,9 +36,9 @@ func benchSync(b *testing.B, e *nccl.Engine, op *comm.Op) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		w := comm.NewPromise(comm.OpAllReduce)
-		e.Launch(op, w)
-		if err := w.Work().Wait(ctx); err != nil {
+		p := comm.NewPromise(comm.OpAllReduce)
+		e.Launch(op, p)
+		if err := p.Work().Wait(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

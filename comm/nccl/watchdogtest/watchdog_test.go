@@ -117,14 +117,14 @@ func TestWatchdogTimesOutHungStream(t *testing.T) {
 	fp := comm.Fingerprint{Group: comm.GroupHash("default_pg"), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, RedOp: comm.RedSum, Count: 16, Root: -1}
 	op := &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum,
 		In: []comm.Buffer{comm.DeviceBuffer(uintptr(data), 16, comm.Float32, 0, uintptr(caller))}}
-	w := comm.NewPromise(comm.OpAllReduce)
-	w.SetSeq(1)
-	wd.Track("default_pg", fp, 300*time.Millisecond, w)
-	e.Launch(op, w)
+	p := comm.NewPromise(comm.OpAllReduce)
+	p.SetSeq(1)
+	wd.Track("default_pg", fp, 300*time.Millisecond, p)
+	e.Launch(op, p)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = w.Work().Wait(ctx)
+	err = p.Work().Wait(ctx)
 	if !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("hung op: %v; want ErrTimeout from the watchdog", err)
 	}
@@ -183,9 +183,9 @@ func TestWatchdogSeesAsyncError(t *testing.T) {
 	fakegpu.Set("async_error_after", 0)
 	defer fakegpu.Reset()
 	buf := comm.DeviceBuffer(uintptr(data), 16, comm.Float32, 0, 0)
-	w := comm.NewPromise(comm.OpAllReduce)
-	e.Launch(&comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}}, w)
-	_ = w.Work().Wait(context.Background())
+	p := comm.NewPromise(comm.OpAllReduce)
+	e.Launch(&comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}}, p)
+	_ = p.Work().Wait(context.Background())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		w2 := comm.NewPromise(comm.OpBarrier)
