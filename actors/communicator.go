@@ -44,27 +44,28 @@ import (
 // actor's goroutine, after the op's sequence number and fingerprint are set
 // and before Backend.Launch. The watchdog (deadline registration), the
 // flight recorder ("scheduled" entries) and the event publisher implement
-// it. Scheduled must return quickly and must not block on w; it may watch
-// w.Done() from another goroutine. c10d: the work-enqueue hooks of
+// it. Scheduled must return quickly and must not block on the op's Work;
+// it may watch p.Work().Done() from another goroutine, and complete p (the
+// watchdog fails it at its deadline). c10d: the work-enqueue hooks of
 // ProcessGroupNCCL (flight recorder record, watchdog work list).
 type Observer interface {
-	Scheduled(op *comm.Op, w *comm.Work)
+	Scheduled(op *comm.Op, p *comm.Promise)
 }
 
 // ObserverFunc adapts a function to Observer.
-type ObserverFunc func(op *comm.Op, w *comm.Work)
+type ObserverFunc func(op *comm.Op, p *comm.Promise)
 
 // Scheduled calls f.
-func (f ObserverFunc) Scheduled(op *comm.Op, w *comm.Work) { f(op, w) }
+func (f ObserverFunc) Scheduled(op *comm.Op, p *comm.Promise) { f(op, p) }
 
 // Observers fans Scheduled out to each non-nil observer, in order.
 type Observers []Observer
 
 // Scheduled calls every observer.
-func (os Observers) Scheduled(op *comm.Op, w *comm.Work) {
+func (os Observers) Scheduled(op *comm.Op, p *comm.Promise) {
 	for _, o := range os {
 		if o != nil {
-			o.Scheduled(op, w)
+			o.Scheduled(op, p)
 		}
 	}
 }
@@ -184,7 +185,7 @@ type Communicator struct {
 // leaves its message to the supervisor's failure report and the GC).
 type launchMsg struct {
 	op *comm.Op
-	w  *comm.Work
+	p  *comm.Promise
 }
 
 var launchMsgs = sync.Pool{New: func() any { return new(launchMsg) }}
@@ -251,31 +252,31 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 }
 
 // Submit posts op to the actor's mailbox (comm.Launcher). After Close, or
-// once the actor's supervisor has stopped it, w fails with comm.ErrClosed;
+// once the actor's supervisor has stopped it, p fails with comm.ErrClosed;
 // once Retire was called, with the retirement's *comm.AbortedError. With
-// BlockingWait, w gets op's deadline first.
-func (c *Communicator) Submit(op *comm.Op, w *comm.Work) {
+// BlockingWait, p's Work gets op's deadline first.
+func (c *Communicator) Submit(op *comm.Op, p *comm.Promise) {
 	if e := c.retired.Load(); e != nil {
-		w.Complete(e)
+		p.Complete(e)
 		return
 	}
 	if c.cfg.BlockingWait && op.Timeout > 0 {
-		c.setDeadline(op, w)
+		c.setDeadline(op, p)
 	}
-	c.last.Store(w)
+	c.last.Store(p.Work())
 	c.senders.Add(1)
 	if c.closed.Load() {
 		c.senders.Add(-1)
-		w.Complete(fmt.Errorf("%w: communicator of group %q is closed (%v)", comm.ErrClosed, c.group, op.Type))
+		p.Complete(fmt.Errorf("%w: communicator of group %q is closed (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
 	if c.state.stopped.Load() {
 		c.senders.Add(-1)
-		w.Complete(fmt.Errorf("%w: the communicator actor of group %q was stopped by its supervisor (%v)", comm.ErrClosed, c.group, op.Type))
+		p.Complete(fmt.Errorf("%w: the communicator actor of group %q was stopped by its supervisor (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
 	m := launchMsgs.Get().(*launchMsg)
-	m.op, m.w = op, w
+	m.op, m.p = op, p
 	c.system.Root.Send(c.pid, m)
 	c.senders.Add(-1)
 }
@@ -394,7 +395,7 @@ func (c *Communicator) Stopped() bool { return c.state.stopped.Load() }
 func (a *commActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *launchMsg:
-		a.launch(m.op, m.w)
+		a.launch(m.op, m.p)
 		*m = launchMsg{}
 		launchMsgs.Put(m)
 	case *stopMsg:
@@ -408,9 +409,9 @@ func (a *commActor) Receive(ctx actor.Context) {
 // observer and launches on the engine. A panic on the way (engine or
 // observer) fails the op's Work with an *EngineError naming it, then goes
 // on to the actor's supervisor as a *Panic (see CommunicatorConfig.Parent).
-func (a *commActor) launch(op *comm.Op, w *comm.Work) {
+func (a *commActor) launch(op *comm.Op, pr *comm.Promise) {
 	if a.dead.Load() {
-		w.Complete(fmt.Errorf("%w: communicator of group %q was closed while its engine was stuck (%v)", comm.ErrClosed, a.group, op.Type))
+		pr.Complete(fmt.Errorf("%w: communicator of group %q was closed while its engine was stuck (%v)", comm.ErrClosed, a.group, op.Type))
 		return
 	}
 	defer func() {
@@ -424,7 +425,7 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 			if a.onPanic != nil {
 				a.onPanic(p)
 			}
-			w.Complete(ee)
+			pr.Complete(ee)
 			panic(p)
 		}
 	}()
@@ -435,11 +436,11 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 		seq = a.seq.Add(1)
 	}
 	op.SetIdentity(a.hash, a.epoch, seq)
-	w.SetFingerprint(op.FP)
+	pr.SetFingerprint(op.FP)
 	if a.observer != nil {
-		a.observer.Scheduled(op, w)
+		a.observer.Scheduled(op, pr)
 	}
-	a.backend.Launch(op, w)
+	a.backend.Launch(op, pr)
 }
 
 var _ comm.Launcher = (*Communicator)(nil)

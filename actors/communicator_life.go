@@ -14,12 +14,12 @@ import (
 // period for the last op. The group's owner (internal/groups) configures
 // them (CommunicatorConfig) and calls Retire and CloseBy.
 
-// setDeadline gives w op's timeout as its deadline (BlockingWait): Wait
-// then fails with a *comm.TimeoutError naming the op's fingerprint, or its
-// shape if the actor has not scheduled it yet.
-func (c *Communicator) setDeadline(op *comm.Op, w *comm.Work) {
-	shape, timeout, rank := op.FP, op.Timeout, c.cfg.Rank
-	w.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
+// setDeadline gives p's Work op's timeout as its deadline (BlockingWait):
+// Wait then fails with a *comm.TimeoutError naming the op's fingerprint,
+// or its shape if the actor has not scheduled it yet.
+func (c *Communicator) setDeadline(op *comm.Op, p *comm.Promise) {
+	shape, timeout, rank, w := op.FP, op.Timeout, c.cfg.Rank, p.Work()
+	p.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
 		fp := w.Fingerprint()
 		if fp.Seq == 0 { // not scheduled yet: name its shape
 			fp = shape

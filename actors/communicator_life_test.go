@@ -40,7 +40,7 @@ func TestCommunicatorAsyncErrorAndSupervise(t *testing.T) {
 	var scheduled atomic.Int32
 	c, pg := lifeComm(t, rec, actors.CommunicatorConfig{Supervise: func(c *actors.Communicator) actors.Observer {
 		supervised = c
-		return actors.ObserverFunc(func(*comm.Op, *comm.Work) { scheduled.Add(1) })
+		return actors.ObserverFunc(func(*comm.Op, *comm.Promise) { scheduled.Add(1) })
 	}})
 	if supervised != c {
 		t.Fatalf("Supervise saw %p, want the communicator %p", supervised, c)

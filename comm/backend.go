@@ -24,14 +24,16 @@ type Backend interface {
 	Rank() int
 	Size() int
 	// Launch enqueues op on the engine's stream and returns without waiting
-	// for communication. The engine completes w exactly once: nil on
+	// for communication. The engine completes p exactly once: nil on
 	// success, else a typed error (*MismatchError, *TransportError,
 	// *AbortedError, *EngineError ...). op and its buffers stay referenced
 	// until then. op has passed the ProcessGroup's validation (validate.go:
 	// buffers on the engine's memory, roots, peers, counts) and carries its
 	// identity, children included (Op.SetIdentity, by the communicator
-	// actor); the engine checks neither again.
-	Launch(op *Op, w *Work)
+	// actor), which is also recorded on p (Promise.SetFingerprint); the
+	// engine checks neither again. It records the op's start (MarkStarted)
+	// and a Recv's source (SetSource).
+	Launch(op *Op, p *Promise)
 	// Abort fails every in-flight and later op with an error wrapping
 	// ErrAborted and reason; it returns promptly (the CPU engine unblocks
 	// ops within 100 ms) and is idempotent.

@@ -23,9 +23,9 @@ import (
 // get its identity first (comm.Op.SetIdentity).
 func launch(e *Engine, op *comm.Op) *comm.Work {
 	op.SetIdentity(op.FP.Group, op.FP.Epoch, op.FP.Seq)
-	w := comm.NewWork(op.Type)
-	e.Launch(op, w)
-	return w
+	p := comm.NewPromise(op.Type)
+	e.Launch(op, p)
+	return p.Work()
 }
 
 func waitT(t *testing.T, w *comm.Work, d time.Duration) error {
