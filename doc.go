@@ -31,16 +31,46 @@
 //	RANKTREE_RESTART_COUNT                                       default 0 (TORCHELASTIC_RESTART_COUNT)
 //	RANKTREE_STORE_TIMEOUT                                       store/init-barrier timeout, default 5m
 //	RANKTREE_TIMEOUT                                             collective default timeout, default 10m (see package supervisor)
-//	RANKTREE_ACTOR_PANIC                                         escalate (default) or restart: what an actor panic leads to (groups.go)
+//	RANKTREE_ACTOR_PANIC                                         escalate (default) or restart: what an actor panic leads to (see below)
 //	RANKTREE_TRANSPORT, RANKTREE_BACKEND                         CPU engine transport (auto, shm, tcp); engine (cpu, nccl)
 //	RANKTREE_SOCKET_IFNAME, RANKTREE_LISTEN_HOST,
-//	RANKTREE_ADVERTISE_HOST                                      where the CPU engine listens and what peers dial (cpuenv.go)
-//	RANKTREE_HOST_ID                                             host identity for choosing shm over TCP (cpuenv.go)
+//	RANKTREE_ADVERTISE_HOST                                      where the CPU engine listens and what peers dial (env.go)
+//	RANKTREE_HOST_ID                                             host identity for choosing shm over TCP (env.go)
 //	RANKTREE_NATS_TOKEN, RANKTREE_NATS_USER, RANKTREE_NATS_PASSWORD,
 //	RANKTREE_NATS_NKEY (seed file), RANKTREE_NATS_CREDS (creds file),
 //	RANKTREE_NATS_TLS_CA, RANKTREE_NATS_TLS_CERT, RANKTREE_NATS_TLS_KEY   optional credentials
 //
 // The names are exported as Env* constants so the launcher uses the same.
+//
+// # Process groups and restarts
+//
+// Every communicator is a (group name × epoch): store keys, abort records
+// and fingerprints are namespaced by it, and RestartGroup re-creates a
+// group under epoch+1, agreed through the store. A process's k-th Init of
+// the same job and rank (Runtime.Incarnation) starts at epoch k<<16 and
+// uses init barrier "init.<k>", so that keys of an earlier Init are never
+// mistaken for new ones; every rank must call Init the same number of
+// times.
+//
+// A panic in a communicator actor fails its op with comm.ErrEngine; then
+// RANKTREE_ACTOR_PANIC (or WithActorPanic) decides: escalate (default:
+// dump the flight recorder, exit supervisor.ExitEscalate so that
+// rankrunner restarts the job) or restart. Under restart (which needs, and
+// selects, RANKTREE_ASYNC_ERROR_HANDLING=CleanupOnly) the watchdog aborts
+// the communicator and writes abort/<group>.<epoch>; every member, on the
+// abort of the epoch it uses — for any reason: a panic, a timeout, an
+// engine error — runs RestartGroup for that group once per epoch.
+//
+// What the program must do under the restart policy: when an op fails with
+// comm.ErrAborted, comm.ErrRemoteAbort, comm.ErrEngine or comm.ErrTimeout,
+// call rt.Restarted(ctx, pg) (or re-fetch rt.World() / rt.Group(name) once
+// it has a newer Epoch) and carry on with the new handle; it must not keep
+// using the old one. Ops in flight when the group broke are lost (their
+// Works failed): redo them on the new group, on every rank. If the members
+// cannot agree within the store timeout (a member died), or a group breaks
+// more than MaxAutoRestarts times within AutoRestartWindow, the rank
+// escalates (dump, exit 4) instead. Subgroups made from a restarted group
+// are not re-created unless they are aborted themselves.
 //
 // # Store layout
 //

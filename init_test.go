@@ -218,20 +218,3 @@ func TestInitNATS(t *testing.T) {
 		t.Fatalf("Init with a bad token: %v", err)
 	}
 }
-
-func TestCloseBounded(t *testing.T) {
-	setEnv(t, nil)
-	rt, err := Init(context.Background(), quiet(), WithStore(store.NewMemStore()), WithRank(0), WithWorldSize(1), WithLocalRank(0), WithLocalWorldSize(1), WithNodeRank(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	defer close(release)
-	rt.onClose(func(context.Context) error { <-release; return nil })
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	if err := rt.Close(ctx); err == nil || time.Since(start) > 5*time.Second {
-		t.Fatalf("Close with a hung teardown: %v after %v", err, time.Since(start))
-	}
-}

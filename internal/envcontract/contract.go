@@ -1,9 +1,9 @@
 // Package envcontract reads the env contract between rankrunner and
 // ranktree.Init once into a typed Contract (Read), and derives the CPU
 // engine's options from it (CPUOptions). The root package re-exports the
-// variable names with their documentation (ranktree.EnvRank, ...) and turns
-// a *VarError into its public *ranktree.EnvError; nothing else reads the
-// process environment for these variables.
+// variable names with their documentation (ranktree.EnvRank, ...);
+// internal/bootstrap turns a *VarError into the public *ranktree.EnvError.
+// Nothing else reads the process environment for these variables.
 package envcontract
 
 import (
@@ -52,7 +52,7 @@ const (
 )
 
 // VarError is a malformed variable: Var, its Value and what is wrong with
-// it (Msg). The root package reports it as a *ranktree.EnvError.
+// it (Msg). internal/bootstrap reports it as a *ranktree.EnvError.
 type VarError struct {
 	Var, Value, Msg string
 }
@@ -66,12 +66,12 @@ func (e *VarError) Error() string { return fmt.Sprintf("%s=%q: %s", e.Var, e.Val
 // StoreTimeout, StoreWait, Creds), the engine choice (Backend, CPU), fault
 // injection (Faults), the supervision tree (Supervision) and the metrics
 // server (MetricsAddr, MetricsAddrFile). (RANKTREE_ERROR_FILE is the
-// exception: the root's recordError reads it on its own so that an Init
+// exception: internal/bootstrap's recordError reads it on its own so that an Init
 // that fails while parsing can still report it.)
 //
 // A value that does not parse is a *VarError from Read; what may be
-// missing, and whether the ranks are consistent, is decided by the root's
-// config.validate once options are merged in.
+// missing, and whether the ranks are consistent, is decided by
+// internal/bootstrap's Config.validate once options are merged in.
 type Contract struct {
 	// Identity: torchrun's RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 	// GROUP_RANK (the node rank) and RANKTREE_RESTART_COUNT (torchrun's
@@ -85,7 +85,7 @@ type Contract struct {
 	Creds        natsstore.Credentials // RANKTREE_NATS_TOKEN ... RANKTREE_NATS_TLS_KEY
 
 	// Backend is RANKTREE_BACKEND as given ("", "cpu" or "nccl"; checked
-	// by the root's validate, and only when no WithBackend replaces it).
+	// by bootstrap.Config.validate, and only when no WithBackend replaces it).
 	Backend string
 	CPU     CPU          // the CPU engine's transport and listener placement
 	Faults  []comm.Fault // RANKTREE_FAULT, parsed (nil when unset)

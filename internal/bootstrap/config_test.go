@@ -1,4 +1,4 @@
-package ranktree
+package bootstrap
 
 import (
 	"errors"
@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ranktree/ranktree/internal/envcontract"
+	"github.com/ranktree/ranktree/internal/metrics"
 	"github.com/ranktree/ranktree/store"
 	"github.com/ranktree/ranktree/supervisor"
 )
 
 // envFrom parses the env contract from kv alone (no process environment).
-func envFrom(t *testing.T, kv map[string]string) envContract {
+func envFrom(t *testing.T, kv map[string]string) envcontract.Contract {
 	t.Helper()
 	e, err := readEnv(func(k string) (string, bool) { v, ok := kv[k]; return v, ok })
 	if err != nil {
@@ -24,14 +26,14 @@ func envFrom(t *testing.T, kv map[string]string) envContract {
 // contract that the runtime passes down.
 func TestReadEnvParsesEveryVariable(t *testing.T) {
 	e := envFrom(t, map[string]string{
-		EnvRank: "3", EnvWorldSize: "8", EnvLocalRank: "1", EnvLocalWorldSize: "4", EnvNodeRank: "1",
-		EnvRestartCount: "2", EnvNATSURL: "nats://h:4222", EnvJob: "j", EnvStoreTimeout: "90s",
-		EnvStoreWait: "true", EnvNATSToken: "tok", EnvBackend: "cpu", EnvTransport: "tcp",
-		EnvHostID: "hA", EnvListenHost: "0.0.0.0", EnvFault: "hang@rank=1,seq=5",
-		supervisor.EnvTimeout: "30s", EnvMetricsAddr: "127.0.0.1:0", "RANKTREE_METRICS_ADDR_FILE": "/tmp/x",
+		envcontract.Rank: "3", envcontract.WorldSize: "8", envcontract.LocalRank: "1", envcontract.LocalWorldSize: "4", envcontract.NodeRank: "1",
+		envcontract.RestartCount: "2", envcontract.NATSURL: "nats://h:4222", envcontract.Job: "j", envcontract.StoreTimeout: "90s",
+		envcontract.StoreWait: "true", envcontract.NATSToken: "tok", envcontract.Backend: "cpu", envcontract.Transport: "tcp",
+		envcontract.HostID: "hA", envcontract.ListenHost: "0.0.0.0", envcontract.Fault: "hang@rank=1,seq=5",
+		supervisor.EnvTimeout: "30s", metrics.EnvAddr: "127.0.0.1:0", "RANKTREE_METRICS_ADDR_FILE": "/tmp/x",
 	})
-	if e.Rank != (envInt{Value: 3, Set: true}) || e.WorldSize.Value != 8 || e.LocalRank.Value != 1 || e.LocalWorldSize.Value != 4 ||
-		e.NodeRank != (envInt{Value: 1, Set: true}) || e.RestartCount.Value != 2 {
+	if e.Rank != (envcontract.Int{Value: 3, Set: true}) || e.WorldSize.Value != 8 || e.LocalRank.Value != 1 || e.LocalWorldSize.Value != 4 ||
+		e.NodeRank != (envcontract.Int{Value: 1, Set: true}) || e.RestartCount.Value != 2 {
 		t.Errorf("identity = %+v", e)
 	}
 	if e.NATSURL != "nats://h:4222" || e.Job != "j" || e.StoreTimeout != 90*time.Second || !e.StoreWait || e.Creds.Token != "tok" {
@@ -58,9 +60,9 @@ func TestReadEnvParsesEveryVariable(t *testing.T) {
 // *EnvError naming its variable and value.
 func TestReadEnvNamesMalformedVariable(t *testing.T) {
 	for _, tc := range []struct{ v, val string }{
-		{EnvRank, "x"}, {EnvWorldSize, "1.5"}, {EnvLocalRank, "one"}, {EnvLocalWorldSize, "?"},
-		{EnvNodeRank, "n0"}, {EnvRestartCount, "again"}, {EnvStoreTimeout, "-1s"}, {EnvStoreWait, "maybe"},
-		{EnvFault, "explode@rank=1"}, {supervisor.EnvTimeout, "soon"}, {supervisor.EnvActorPanic, "sometimes"},
+		{envcontract.Rank, "x"}, {envcontract.WorldSize, "1.5"}, {envcontract.LocalRank, "one"}, {envcontract.LocalWorldSize, "?"},
+		{envcontract.NodeRank, "n0"}, {envcontract.RestartCount, "again"}, {envcontract.StoreTimeout, "-1s"}, {envcontract.StoreWait, "maybe"},
+		{envcontract.Fault, "explode@rank=1"}, {supervisor.EnvTimeout, "soon"}, {supervisor.EnvActorPanic, "sometimes"},
 	} {
 		_, err := readEnv(func(k string) (string, bool) {
 			if k == tc.v {
@@ -79,8 +81,8 @@ func TestReadEnvNamesMalformedVariable(t *testing.T) {
 // TestConfigValidateNamesBadSetting: validate names the variable that
 // holds an inconsistent value, or the option when an option set it.
 func TestConfigValidateNamesBadSetting(t *testing.T) {
-	good := map[string]string{EnvRank: "1", EnvWorldSize: "4", EnvLocalRank: "1", EnvLocalWorldSize: "2",
-		EnvNodeRank: "0", EnvNATSURL: "nats://h", EnvJob: "j"}
+	good := map[string]string{envcontract.Rank: "1", envcontract.WorldSize: "4", envcontract.LocalRank: "1", envcontract.LocalWorldSize: "2",
+		envcontract.NodeRank: "0", envcontract.NATSURL: "nats://h", envcontract.Job: "j"}
 	with := func(k, v string) map[string]string {
 		m := map[string]string{}
 		for a, b := range good {
@@ -95,22 +97,22 @@ func TestConfigValidateNamesBadSetting(t *testing.T) {
 		opts []Option
 		want string // the variable (EnvError) or the option (OptionError)
 	}{
-		{"world size 0", with(EnvWorldSize, "0"), nil, EnvWorldSize},
-		{"rank ≥ world size", with(EnvRank, "4"), nil, EnvRank},
-		{"rank < 0", with(EnvRank, "-1"), nil, EnvRank},
-		{"local world size > world size", with(EnvLocalWorldSize, "5"), nil, EnvLocalWorldSize},
-		{"local rank ≥ local world size", with(EnvLocalRank, "2"), nil, EnvLocalRank},
-		{"node rank < 0", with(EnvNodeRank, "-1"), nil, EnvNodeRank},
-		{"restart count < 0", with(EnvRestartCount, "-2"), nil, EnvRestartCount},
-		{"backend", with(EnvBackend, "gloo"), nil, EnvBackend},
-		{"missing GROUP_RANK", with(EnvNodeRank, ""), nil, EnvNodeRank},
-		{"missing job", with(EnvJob, ""), nil, EnvJob},
+		{"world size 0", with(envcontract.WorldSize, "0"), nil, envcontract.WorldSize},
+		{"rank ≥ world size", with(envcontract.Rank, "4"), nil, envcontract.Rank},
+		{"rank < 0", with(envcontract.Rank, "-1"), nil, envcontract.Rank},
+		{"local world size > world size", with(envcontract.LocalWorldSize, "5"), nil, envcontract.LocalWorldSize},
+		{"local rank ≥ local world size", with(envcontract.LocalRank, "2"), nil, envcontract.LocalRank},
+		{"node rank < 0", with(envcontract.NodeRank, "-1"), nil, envcontract.NodeRank},
+		{"restart count < 0", with(envcontract.RestartCount, "-2"), nil, envcontract.RestartCount},
+		{"backend", with(envcontract.Backend, "gloo"), nil, envcontract.Backend},
+		{"missing GROUP_RANK", with(envcontract.NodeRank, ""), nil, envcontract.NodeRank},
+		{"missing job", with(envcontract.Job, ""), nil, envcontract.Job},
 		{"rank from option", good, []Option{WithRank(7)}, "WithRank(7)"},
-		{"world size from option", good, []Option{WithWorldSize(1)}, EnvRank}, // RANK=1 no longer fits
+		{"world size from option", good, []Option{WithWorldSize(1)}, envcontract.Rank}, // RANK=1 no longer fits
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &config{timeout: store.DefaultTimeout}
+			c := &Config{timeout: store.DefaultTimeout}
 			for _, o := range tc.opts {
 				if err := o(c); err != nil {
 					t.Fatal(err)
@@ -139,7 +141,7 @@ func TestConfigValidateNamesBadSetting(t *testing.T) {
 		})
 	}
 	// The good environment passes, and options win over variables.
-	c := &config{}
+	c := &Config{}
 	if err := WithNodeRank(3)(c); err != nil {
 		t.Fatal(err)
 	}

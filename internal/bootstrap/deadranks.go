@@ -1,4 +1,4 @@
-package ranktree
+package bootstrap
 
 import (
 	"context"

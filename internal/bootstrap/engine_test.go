@@ -1,0 +1,126 @@
+package bootstrap
+
+import (
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ranktree/ranktree/comm/cpu"
+	"github.com/ranktree/ranktree/internal/envcontract"
+)
+
+// hostIPv4 is a non-loopback IPv4 address of this machine, or "".
+func hostIPv4() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() && ipn.IP.To4() != nil {
+			return ipn.IP.String()
+		}
+	}
+	return ""
+}
+
+// TestCPUOptionsFromEnv: where the CPU engine listens and what it
+// advertises, from RANKTREE_SOCKET_IFNAME, RANKTREE_LISTEN_HOST,
+// RANKTREE_ADVERTISE_HOST and, for multi-node jobs, the route to NATS.
+func TestCPUOptionsFromEnv(t *testing.T) {
+	single := &Config{worldSize: 4, localWorldSize: 4, natsURL: "nats://10.255.255.1:4222"}
+	multi := func(url string) *Config { return &Config{worldSize: 4, localWorldSize: 2, natsURL: url} }
+	type want struct{ listen, advertise string }
+	cases := []struct {
+		name string
+		env  map[string]string
+		c    *Config
+		want want
+	}{
+		{"single node: loopback defaults", nil, single, want{"", ""}},
+		{"host id", map[string]string{envcontract.HostID: "nodeA"}, single, want{"", ""}},
+		{"ifname lo", map[string]string{envcontract.SocketIfname: "lo"}, single, want{"127.0.0.1", "127.0.0.1"}},
+		{"listen wildcard", map[string]string{envcontract.ListenHost: "0.0.0.0"}, single, want{"0.0.0.0", ""}},
+		{"advertise only", map[string]string{envcontract.AdvertiseHost: "10.1.2.3"}, single, want{"0.0.0.0", "10.1.2.3"}},
+		{"advertise loopback only", map[string]string{envcontract.AdvertiseHost: "127.0.0.1"}, single, want{"", "127.0.0.1"}},
+		{"ifname then listen override", map[string]string{envcontract.SocketIfname: "lo", envcontract.ListenHost: "0.0.0.0"}, single, want{"0.0.0.0", "127.0.0.1"}},
+		{"multi node, NATS on loopback", nil, multi("nats://127.0.0.1:4222"), want{"", ""}},
+		{"multi node, no NATS URL (WithStore)", nil, multi(""), want{"", ""}},
+		{"multi node, explicit env wins", map[string]string{envcontract.ListenHost: "127.0.0.1"}, multi("nats://10.255.255.1:4222"), want{"127.0.0.1", ""}},
+	}
+	if ip := hostIPv4(); ip != "" {
+		cases = append(cases, struct {
+			name string
+			env  map[string]string
+			c    *Config
+			want want
+		}{"multi node, NATS on " + ip, nil, multi("nats://" + ip + ":4222,nats://127.0.0.1:1"), want{"0.0.0.0", ip}})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := *tc.c
+			c.env = envFrom(t, tc.env)
+			o, err := cpuOptions(&c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := (want{o.ListenHost, o.AdvertiseHost}); got != tc.want {
+				t.Fatalf("listen/advertise = %+v, want %+v", got, tc.want)
+			}
+			if o.HostID != tc.env[envcontract.HostID] {
+				t.Fatalf("HostID = %q, want %q", o.HostID, tc.env[envcontract.HostID])
+			}
+		})
+	}
+}
+
+// TestCPUOptionsEnvErrors: a bad interface or listen host is an *EnvError
+// naming the variable (and, for an interface, the ones that exist).
+func TestCPUOptionsEnvErrors(t *testing.T) {
+	for _, tc := range []struct{ v, val, msg string }{
+		{envcontract.SocketIfname, "nosuchif0", "no such network interface (have "},
+		{envcontract.ListenHost, "bad host name!", "not an IP address or a resolvable host name"},
+	} {
+		t.Run(tc.v, func(t *testing.T) {
+			_, err := cpuOptions(&Config{worldSize: 1, localWorldSize: 1, env: envFrom(t, map[string]string{tc.v: tc.val})})
+			var ee *EnvError
+			if !errors.As(err, &ee) || ee.Var != tc.v || !errors.Is(err, ErrEnv) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got %v, want an EnvError for %s containing %q", err, tc.v, tc.msg)
+			}
+			if tc.v == envcontract.SocketIfname && !strings.Contains(err.Error(), "lo") {
+				t.Fatalf("error does not list the interfaces: %v", err)
+			}
+		})
+	}
+}
+
+// TestCPUOptionsFlatThreshold: RANKTREE_FLAT_THRESHOLD sets
+// cpu.Options.FlatThreshold; a bad value is an *EnvError naming it.
+func TestCPUOptionsFlatThreshold(t *testing.T) {
+	for _, v := range []string{envcontract.SocketIfname, envcontract.ListenHost, envcontract.AdvertiseHost} {
+		t.Setenv(v, "")
+	}
+	options := func() (cpu.Options, error) {
+		e, err := readEnv(os.LookupEnv)
+		if err != nil {
+			return cpu.Options{}, err
+		}
+		return cpuOptions(&Config{worldSize: 2, localWorldSize: 2, env: e})
+	}
+	for val, want := range map[string]int{"": 0, "4096": 4096, "-1": -1} {
+		t.Setenv(envcontract.FlatThreshold, val)
+		o, err := options()
+		if err != nil || o.FlatThreshold != want {
+			t.Fatalf("%s=%q: FlatThreshold %d, %v; want %d", envcontract.FlatThreshold, val, o.FlatThreshold, err, want)
+		}
+	}
+	for _, val := range []string{"x", "-2", "99999999"} {
+		t.Setenv(envcontract.FlatThreshold, val)
+		_, err := options()
+		var ee *EnvError
+		if !errors.As(err, &ee) || ee.Var != envcontract.FlatThreshold {
+			t.Fatalf("%s=%q: got %v, want an EnvError naming it", envcontract.FlatThreshold, val, err)
+		}
+	}
+}
