@@ -1,7 +1,6 @@
 package ranktree
 
 import (
-	"github.com/ranktree/ranktree/internal/bootstrap"
 	"github.com/ranktree/ranktree/internal/envcontract"
 	"github.com/ranktree/ranktree/internal/metrics"
 )
@@ -89,4 +88,4 @@ const EnvMetricsAddr = metrics.EnvAddr
 // (torchrun's TORCHELASTIC_ERROR_FILE): rankrunner sets it per rank and
 // puts the file's text in its failure summary. Init writes its own error
 // there; the first error written wins.
-const EnvErrorFile = bootstrap.EnvErrorFile
+const EnvErrorFile = envcontract.ErrorFile

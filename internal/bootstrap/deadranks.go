@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ranktree/ranktree/internal/envcontract"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -171,17 +172,11 @@ func initError(rank int, stage string, dead []DeadRank, err error) error {
 	return e
 }
 
-// EnvErrorFile names a file where the rank writes the error that ends it
-// (torchrun's TORCHELASTIC_ERROR_FILE): rankrunner sets it per rank and
-// puts the file's text in its failure summary. Init writes its own error
-// there; the first error written wins.
-const EnvErrorFile = "RANKTREE_ERROR_FILE"
-
 // recordError writes err to $RANKTREE_ERROR_FILE unless the file already
 // holds an earlier error. Best effort: the error is returned to the
 // caller anyway.
 func recordError(err error) {
-	path := os.Getenv(EnvErrorFile)
+	path := os.Getenv(envcontract.ErrorFile)
 	if path == "" || err == nil {
 		return
 	}

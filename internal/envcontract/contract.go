@@ -49,6 +49,11 @@ const (
 	AdvertiseHost = "RANKTREE_ADVERTISE_HOST"
 	HostID        = "RANKTREE_HOST_ID"
 	FlatThreshold = "RANKTREE_FLAT_THRESHOLD"
+
+	// ErrorFile is read on its own, not by Read: internal/bootstrap's
+	// recordError reads it so that an Init that fails while parsing can
+	// still report it.
+	ErrorFile = "RANKTREE_ERROR_FILE"
 )
 
 // VarError is a malformed variable: Var, its Value and what is wrong with
