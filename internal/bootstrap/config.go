@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ranktree/ranktree/internal/envcontract"
+	"github.com/ranktree/ranktree/store"
 )
 
 // Errors returned by Init (the root package re-exports them).
@@ -126,10 +127,14 @@ func (c *Config) merge(e envcontract.Contract) error {
 	return nil
 }
 
-// validate checks the merged settings' consistency. A bad value is an
-// *EnvError naming its variable when it came from the environment, or an
-// *OptionError naming the option that set it.
+// validate fills the defaults nothing set (the store timeout:
+// store.DefaultTimeout) and checks the merged settings' consistency. A bad
+// value is an *EnvError naming its variable when it came from the
+// environment, or an *OptionError naming the option that set it.
 func (c *Config) validate() error {
+	if c.timeout == 0 {
+		c.timeout = store.DefaultTimeout
+	}
 	bad := func(envName, optName string, byOption bool, val int, msg string) error {
 		if byOption {
 			return &OptionError{Option: fmt.Sprintf("%s(%d)", optName, val), Msg: msg}

@@ -152,3 +152,31 @@ func TestConfigValidateNamesBadSetting(t *testing.T) {
 		t.Fatalf("good env: %v, %+v", err, c)
 	}
 }
+
+// TestConfigureTimeoutDefault: validate fills the store timeout with
+// store.DefaultTimeout when neither RANKTREE_STORE_TIMEOUT nor WithTimeout
+// set it; the variable wins over the default and the option over both.
+func TestConfigureTimeoutDefault(t *testing.T) {
+	env := map[string]string{envcontract.Rank: "0", envcontract.WorldSize: "1", envcontract.LocalRank: "0",
+		envcontract.LocalWorldSize: "1", envcontract.NodeRank: "0", envcontract.NATSURL: "nats://h", envcontract.Job: "j"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	for _, tc := range []struct {
+		name string
+		env  string
+		opts []Option
+		want time.Duration
+	}{
+		{"default", "", nil, store.DefaultTimeout},
+		{"variable", "90s", nil, 90 * time.Second},
+		{"option", "90s", []Option{WithTimeout(time.Second)}, time.Second},
+	} {
+		env[envcontract.StoreTimeout] = tc.env
+		c, err := configure(lookup, tc.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.timeout != tc.want {
+			t.Errorf("%s: timeout %v, want %v", tc.name, c.timeout, tc.want)
+		}
+	}
+}

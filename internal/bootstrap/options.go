@@ -21,8 +21,8 @@ type Option = func(*Config) error
 // Config is Init's merged view of options and environment: the options
 // set it first (each records that it was set), Start merges in the parsed
 // env contract for what no option set (merge) and checks the result
-// (validate). Its zero value plus options is a valid input to Start; the
-// store timeout defaults to store.DefaultTimeout.
+// (validate, which also fills the defaults). Its zero value plus options
+// is a valid input to Start.
 type Config struct {
 	rank, worldSize, localRank, localWorldSize, nodeRank, restartCount int
 

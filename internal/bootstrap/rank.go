@@ -67,7 +67,7 @@ func Start(ctx context.Context, lookup func(string) (string, bool), opts ...Opti
 
 // configure builds the validated Config from opts and the environment.
 func configure(lookup func(string) (string, bool), opts []Option) (*Config, error) {
-	c := &Config{timeout: store.DefaultTimeout}
+	c := &Config{}
 	for _, o := range opts {
 		if o == nil {
 			continue

@@ -1,8 +1,9 @@
 // Package groups owns the lifetime of one rank's process groups: creating a
 // group's communicator under an epoch, restarting it under the next epoch,
 // Restarted, destroying it, and the rank's bounded teardown, with the
-// restart policy's abort watch. The root package ranktree is its only user
-// (Runtime.World, Group, NewGroup, RestartGroup, Restarted, Close).
+// restart policy's abort watch. internal/bootstrap starts a Manager in
+// Init and registers its Close; the root package ranktree forwards
+// Runtime.World, Group, NewGroup, RestartGroup and Restarted to it.
 //
 // One owner. A Manager's state — the live communicators, the current one
 // per group name, the last epoch per name, the restarts under way and the
