@@ -1,9 +1,5 @@
 package cpu
 
-// agreeStep0 is the step number of the first agreement round; algorithm
-// steps stay far below it.
-const agreeStep0 = 1 << 24
-
 // agreeDissemination makes every rank learn that every other rank launched
 // the same op (fingerprint) and got this far without an error: the
 // dissemination barrier (Hensgen, Finkel and Manber), with header-only

@@ -13,7 +13,7 @@ import (
 // the data of one whose per-rank sizes the fingerprint does not fix.
 func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
 	e.mesh.begin(opContext(op))
-	if e.mesh.size == 1 {
+	if e.mesh.Size() == 1 {
 		return e.execData(op, w)
 	}
 	switch {
@@ -39,7 +39,7 @@ func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
 // buffer forms of comm.Op; the algorithms see byte blocks.
 func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 	m := e.mesh
-	n, r := m.size, m.rank
+	n, r := m.Size(), m.Rank()
 	switch op.Type {
 	case comm.OpAllReduce:
 		return e.allReduce(op)
@@ -164,7 +164,7 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		// parent's fingerprint (total count) makes sure that every rank
 		// coalesced the same ops, not only a common prefix of them.
 		e.mesh.begin(opContext(op))
-		if e.mesh.size > 1 {
+		if e.mesh.Size() > 1 {
 			return agreeDissemination(e.mesh)
 		}
 		return nil
@@ -175,7 +175,7 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		return err
 	}
 	for _, c := range children {
-		if c.Type == comm.OpSend && c.Peer != m.rank {
+		if c.Type == comm.OpSend && c.Peer != m.Rank() {
 			m.begin(opContext(c))
 			if err := m.sendP2P(c.Peer, c.In[0].Bytes()); err != nil {
 				return err
@@ -188,7 +188,7 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		copy(children[p[1]].Out[0].Bytes(), children[p[0]].In[0].Bytes())
 	}
 	for _, c := range children {
-		if c.Type == comm.OpRecv && c.Peer != m.rank {
+		if c.Type == comm.OpRecv && c.Peer != m.Rank() {
 			m.begin(opContext(c))
 			src, err := m.recvP2P(c.Peer, c.Out[0].Bytes())
 			if err != nil {
@@ -243,9 +243,9 @@ func (e *Engine) allReduce(op *comm.Op) error {
 	if e.useFlat(len(buf)) {
 		err = allreduceFlat(m, buf)
 	} else if e.useRing(len(buf), b.Len()) {
-		blocks := make([][]byte, m.size)
-		for i := range m.size {
-			lo, hi := split(b.Len(), m.size, i)
+		blocks := make([][]byte, m.Size())
+		for i := range m.Size() {
+			lo, hi := split(b.Len(), m.Size(), i)
 			blocks[i] = buf[lo*dt.Size() : hi*dt.Size()]
 		}
 		err = allreduceRing(m, blocks)
@@ -255,7 +255,7 @@ func (e *Engine) allReduce(op *comm.Op) error {
 	if err != nil {
 		return err
 	}
-	return postScale(buf, dt, red, m.size)
+	return postScale(buf, dt, red, m.Size())
 }
 
 // useFlat selects the one-step shared-memory algorithms (allreduce_flat.go)
@@ -273,7 +273,7 @@ func (e *Engine) useFlat(nbytes int) bool {
 // useRing selects the ring allreduce (bandwidth-optimal) over recursive
 // doubling (latency-optimal) by message size: see Options.RingThreshold.
 func (e *Engine) useRing(nbytes, count int) bool {
-	return e.mesh.size > 1 && nbytes >= e.opts.RingThreshold && count >= e.mesh.size
+	return e.mesh.Size() > 1 && nbytes >= e.opts.RingThreshold && count >= e.mesh.Size()
 }
 
 // useBruck selects Bruck's allgather (ceil(log2 n) steps, but packing
@@ -312,7 +312,7 @@ func (e *Engine) reduce(op *comm.Op) error {
 	b := op.In[0]
 	dt, red := b.DType(), m.cur.red
 	buf := b.Bytes()
-	if m.rank != op.Root {
+	if m.Rank() != op.Root {
 		// Leave the caller's buffer unchanged on non-roots.
 		tmp := e.scratch(len(buf))
 		copy(tmp, buf)
@@ -324,8 +324,8 @@ func (e *Engine) reduce(op *comm.Op) error {
 	if err := reduceTree(m, buf, op.Root); err != nil {
 		return err
 	}
-	if m.rank == op.Root {
-		return postScale(buf, dt, red, m.size)
+	if m.Rank() == op.Root {
+		return postScale(buf, dt, red, m.Size())
 	}
 	return nil
 }
@@ -338,11 +338,11 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 	if op.Type == comm.OpReduceScatterV {
 		counts = op.RecvCounts
 	}
-	if op.Type == comm.OpReduceScatter && e.useFlat(m.size*out.Len()*dt.Size()) {
+	if op.Type == comm.OpReduceScatter && e.useFlat(m.Size()*out.Len()*dt.Size()) {
 		// The input, gathered in one scratch buffer (not modified:
 		// ncclReduceScatter), scaled for PreMulSum, is published as is.
-		tmp := e.scratch(m.size * out.Len() * dt.Size())[:0]
-		for i := range m.size {
+		tmp := e.scratch(m.Size() * out.Len() * dt.Size())[:0]
+		for i := range m.Size() {
 			tmp = append(tmp, comm.Chunk(op.In, i, nil, out.Len()).Bytes()...)
 		}
 		if err := preScale(tmp, dt, red); err != nil {
@@ -352,12 +352,12 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 		if err := reduceScatterFlat(m, tmp, ob); err != nil {
 			return err
 		}
-		return postScale(ob, dt, red, m.size)
+		return postScale(ob, dt, red, m.Size())
 	}
 	// Work on a copy: the input is not modified (ncclReduceScatter).
 	tmp := make([]byte, 0, enginekit.TotalLen(op.In)*dt.Size())
-	blocks := make([][]byte, m.size)
-	for i := range m.size {
+	blocks := make([][]byte, m.Size())
+	for i := range m.Size() {
 		src := comm.Chunk(op.In, i, counts, out.Len()).Bytes()
 		off := len(tmp)
 		tmp = append(tmp, src...)
@@ -370,8 +370,8 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 		return err
 	}
 	ob := out.Bytes()
-	copy(ob, blocks[m.rank])
-	return postScale(ob, dt, red, m.size)
+	copy(ob, blocks[m.Rank()])
+	return postScale(ob, dt, red, m.Size())
 }
 
 // scratch returns a reusable buffer of n bytes (progress goroutine only).

@@ -218,19 +218,6 @@ func (e *Engine) lateNotice(peer int) error {
 // lateNoticeWait bounds lateNotice's store round trips.
 const lateNoticeWait = abortAckWait
 
-// noticeLink is a link that can carry notices (every link but the nil one
-// at this rank's own index).
-type noticeLink interface {
-	// notice queues a kindNotice with payload; it returns a channel
-	// closed once the notice is on the wire, or nil if the connection is
-	// down.
-	notice(payload []byte) <-chan struct{}
-	// ack queues a kindAck.
-	ack()
-	// up reports whether the connection to the peer is alive.
-	up() bool
-}
-
 // onNotice handles a peer's notice (from a reader goroutine, or the peer's
 // own goroutine over the in-memory transport); ack answers the peer on the
 // connection the notice came by. It touches no link of the engine's, so it

@@ -211,3 +211,16 @@ func (b *backoff) reset() {
 	b.n, b.sleep, b.armed = 0, 0, false
 	b.pc.settle()
 }
+
+// noticeLink is a link that can carry notices (every link but the nil one
+// at this rank's own index).
+type noticeLink interface {
+	// notice queues a kindNotice with payload; it returns a channel
+	// closed once the notice is on the wire, or nil if the connection is
+	// down.
+	notice(payload []byte) <-chan struct{}
+	// ack queues a kindAck.
+	ack()
+	// up reports whether the connection to the peer is alive.
+	up() bool
+}
