@@ -1,5 +1,7 @@
 package cpu
 
+import "github.com/ranktree/ranktree/comm/cpu/transport"
+
 // agreeDissemination makes every rank learn that every other rank launched
 // the same op (fingerprint) and got this far without an error: the
 // dissemination barrier (Hensgen, Finkel and Manber), with header-only
@@ -20,10 +22,10 @@ func agreeDissemination(m Mesh) error {
 	n, r := m.Size(), m.Rank()
 	round := 0
 	for k := 1; k < n; k <<= 1 {
-		if err := m.Send((r+k)%n, agreeStep0+round, nil); err != nil {
+		if err := m.Send((r+k)%n, transport.AgreeStep0+round, nil); err != nil {
 			return err
 		}
-		if err := m.Recv((r-k+n)%n, agreeStep0+round, nil); err != nil {
+		if err := m.Recv((r-k+n)%n, transport.AgreeStep0+round, nil); err != nil {
 			return err
 		}
 		round++

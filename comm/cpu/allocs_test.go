@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 )
 
 // TestSmallAllReduceAllocs asserts the CPU engine's steady-state small-op
@@ -97,21 +98,21 @@ func TestShmRingsPrefaulted(t *testing.T) {
 		t.Skip("no /dev/shm")
 	}
 	const ring = 1 << 20
-	a, err := createShm("/dev/shm", ring)
+	a, err := transport.CreateShm("/dev/shm", ring)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.unmap()
-	defer a.unlink()
-	b, err := openShm(a.path, ring, false)
+	defer a.Unmap()
+	defer a.Unlink()
+	b, err := transport.OpenShm(a.Path, ring, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.unmap()
-	for name, s := range map[string]*shmLink{"creator": a, "opener": b} {
-		pages := (len(s.mem) + os.Getpagesize() - 1) / os.Getpagesize()
+	defer b.Unmap()
+	for name, s := range map[string]*transport.ShmLink{"creator": a, "opener": b} {
+		pages := (len(s.Mem) + os.Getpagesize() - 1) / os.Getpagesize()
 		vec := make([]byte, pages)
-		if _, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&s.mem[0])), uintptr(len(s.mem)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		if _, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&s.Mem[0])), uintptr(len(s.Mem)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
 			t.Fatalf("mincore: %v", errno)
 		}
 		missing := 0

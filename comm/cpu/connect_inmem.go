@@ -5,44 +5,45 @@ import (
 	"fmt"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 )
 
 // connectInmem builds one ring link per peer through opts.Hub and waits
 // until every peer attached.
-func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
-	links := make([]link, e.cfg.Size)
+func (e *Engine) connectInmem(ctx context.Context) ([]transport.Link, error) {
+	links := make([]transport.Link, e.cfg.Size)
 	if e.cfg.Size == 1 {
 		return links, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	hub := e.opts.Hub
-	end := &inmemEnd{rank: e.cfg.Rank, onNotice: e.onNotice, onAck: e.onAck, poke: e.ctl.poke}
-	ctrls := make([]*inmemCtrl, e.cfg.Size)
+	end := &transport.InmemEnd{Rank: e.cfg.Rank, OnNotice: e.onNotice, OnAck: e.onAck, Poke: e.ctl.Poke}
+	ctrls := make([]*transport.InmemCtrl, e.cfg.Size)
 	for p := range e.cfg.Size {
 		if p == e.cfg.Rank {
 			continue
 		}
-		pair, k, side, err := hub.attach(e.cfg.Group, e.cfg.Epoch, e.cfg.Rank, p, e.opts.ShmRingBytes, end)
+		pair, k, side, err := hub.Attach(e.cfg.Group, e.cfg.Epoch, e.cfg.Rank, p, e.opts.ShmRingBytes, end)
 		if err != nil {
 			for _, c := range ctrls {
 				if c != nil {
-					c.close()
+					c.Close()
 				}
 			}
 			return nil, err
 		}
-		ctrls[p] = &inmemCtrl{hub: hub, key: k, pair: pair, side: side}
+		ctrls[p] = &transport.InmemCtrl{Hub: hub, Key: k, Pair: pair, Side: side}
 	}
 	for p, c := range ctrls {
 		if c == nil {
 			continue
 		}
 		for {
-			hub.mu.Lock()
-			ok := c.pair.ends[1-c.side] != nil
-			ch := hub.changed
-			hub.mu.Unlock()
+			hub.Mu.Lock()
+			ok := c.Pair.Ends[1-c.Side] != nil
+			ch := hub.Changed
+			hub.Mu.Unlock()
 			if ok {
 				break
 			}
@@ -51,29 +52,29 @@ func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
 			case <-ctx.Done():
 				for _, c := range ctrls {
 					if c != nil {
-						c.close()
+						c.Close()
 					}
 				}
 				return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: p, Err: fmt.Errorf("rendezvous: rank %d did not attach to the hub: %w", p, ctx.Err())}
 			}
 		}
-		s := ringsOver(c.pair.mem, e.opts.ShmRingBytes, c.side == 0)
-		s.start(p, e.ctl, c)
+		s := transport.RingsOver(c.Pair.Mem, e.opts.ShmRingBytes, c.Side == 0)
+		s.Start(p, e.ctl, c)
 		links[p] = s
-		e.ctl.pumps = append(e.ctl.pumps, s)
+		e.ctl.Pumps = append(e.ctl.Pumps, s)
 	}
-	if e.opts.FlatThreshold > 0 && e.cfg.Size <= maxFlatRanks {
-		mem, release, err := hub.group(e.cfg.Group, e.cfg.Epoch, e.cfg.Size, e.opts.FlatThreshold)
+	if e.opts.FlatThreshold > 0 && e.cfg.Size <= transport.MaxFlatRanks {
+		mem, release, err := hub.Group(e.cfg.Group, e.cfg.Epoch, e.cfg.Size, e.opts.FlatThreshold)
 		if err != nil {
 			for _, c := range ctrls {
 				if c != nil {
-					c.close()
+					c.Close()
 				}
 			}
 			return nil, err
 		}
-		e.grp = groupOver(mem, e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank)
-		e.grp.release = release
+		e.grp = transport.GroupOver(mem, e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank)
+		e.grp.Release = release
 		// Every rank is a goroutine of this process: waits keep the
 		// backoff of link.go (see attachGroup).
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -550,10 +551,10 @@ func TestAutoTransport(t *testing.T) {
 			_ = e.Close()
 		}
 	})
-	if _, ok := engines[0].links[1].(*shmLink); !ok {
+	if _, ok := engines[0].links[1].(*transport.ShmLink); !ok {
 		t.Fatalf("ranks 0 and 1 (same host) do not use shm")
 	}
-	if _, ok := engines[0].links[2].(*tcpLink); !ok {
+	if _, ok := engines[0].links[2].(*transport.TCPLink); !ok {
 		t.Fatalf("ranks 0 and 2 (different hosts) do not use tcp")
 	}
 	checkAllReduce(t, g, comm.Float32, comm.Sum, 100_000)
@@ -624,7 +625,7 @@ func TestShmHeaderAcrossWrap(t *testing.T) {
 				g := newGroup(t, 2, Options{Transport: tr, ShmRingBytes: ring})
 				// The first message fills the ring up to o bytes before its
 				// end; the second one's header is split there.
-				first := filled(comm.Uint8, ring-headerSize-o, 3)
+				first := filled(comm.Uint8, ring-transport.HeaderSize-o, 3)
 				second := filled(comm.Uint8, ring+4000, 5)
 				for i, b := range []comm.Buffer{first, second} {
 					got := comm.NewHostBuffer(comm.Uint8, b.Len())

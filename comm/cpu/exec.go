@@ -5,6 +5,7 @@ import (
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
@@ -12,7 +13,7 @@ import (
 // its kind needs (agree.go): before the data of a rooted collective, after
 // the data of one whose per-rank sizes the fingerprint does not fix.
 func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
-	e.mesh.begin(opContext(op))
+	e.mesh.Begin(opContext(op))
 	if e.mesh.Size() == 1 {
 		return e.execData(op, w)
 	}
@@ -112,12 +113,12 @@ func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 	case comm.OpBarrier:
 		return barrierDissemination(m)
 	case comm.OpSend:
-		if err := m.sendP2P(op.Peer, op.In[0].Bytes()); err != nil {
+		if err := m.SendP2P(op.Peer, op.In[0].Bytes()); err != nil {
 			return err
 		}
 		return m.Flush()
 	case comm.OpRecv:
-		src, err := m.recvP2P(op.Peer, op.Out[0].Bytes())
+		src, err := m.RecvP2P(op.Peer, op.Out[0].Bytes())
 		if err != nil {
 			return err
 		}
@@ -163,7 +164,7 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		// Each child was checked on its own; a closing agreement over the
 		// parent's fingerprint (total count) makes sure that every rank
 		// coalesced the same ops, not only a common prefix of them.
-		e.mesh.begin(opContext(op))
+		e.mesh.Begin(opContext(op))
 		if e.mesh.Size() > 1 {
 			return agreeDissemination(e.mesh)
 		}
@@ -176,8 +177,8 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 	}
 	for _, c := range children {
 		if c.Type == comm.OpSend && c.Peer != m.Rank() {
-			m.begin(opContext(c))
-			if err := m.sendP2P(c.Peer, c.In[0].Bytes()); err != nil {
+			m.Begin(opContext(c))
+			if err := m.SendP2P(c.Peer, c.In[0].Bytes()); err != nil {
 				return err
 			}
 		}
@@ -189,8 +190,8 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 	}
 	for _, c := range children {
 		if c.Type == comm.OpRecv && c.Peer != m.Rank() {
-			m.begin(opContext(c))
-			src, err := m.recvP2P(c.Peer, c.Out[0].Bytes())
+			m.Begin(opContext(c))
+			src, err := m.RecvP2P(c.Peer, c.Out[0].Bytes())
 			if err != nil {
 				return err
 			}
@@ -200,18 +201,18 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 	return m.Flush()
 }
 
-func opContext(op *comm.Op) opCtx {
-	o := opCtx{fp: op.FP, red: op.Reduce, tag: int64(op.Tag)}
+func opContext(op *comm.Op) transport.OpCtx {
+	o := transport.OpCtx{FP: op.FP, Red: op.Reduce, Tag: int64(op.Tag)}
 	switch {
 	case len(op.In) > 0:
-		o.dt = op.In[0].DType()
+		o.DType = op.In[0].DType()
 	case len(op.Out) > 0:
-		o.dt = op.Out[0].DType()
+		o.DType = op.Out[0].DType()
 	default:
-		o.dt = op.FP.DType
+		o.DType = op.FP.DType
 	}
-	if o.dt.Valid() {
-		o.red = o.red.ForDType(o.dt)
+	if o.DType.Valid() {
+		o.Red = o.Red.ForDType(o.DType)
 	}
 	return o
 }
@@ -235,7 +236,7 @@ func postScale(buf []byte, dt comm.DType, red comm.ReduceOp, n int) error {
 func (e *Engine) allReduce(op *comm.Op) error {
 	m := e.mesh
 	b := op.In[0]
-	buf, dt, red := b.Bytes(), b.DType(), m.cur.red
+	buf, dt, red := b.Bytes(), b.DType(), m.Cur.Red
 	if err := preScale(buf, dt, red); err != nil {
 		return err
 	}
@@ -310,7 +311,7 @@ func split(count, n, i int) (lo, hi int) {
 func (e *Engine) reduce(op *comm.Op) error {
 	m := e.mesh
 	b := op.In[0]
-	dt, red := b.DType(), m.cur.red
+	dt, red := b.DType(), m.Cur.Red
 	buf := b.Bytes()
 	if m.Rank() != op.Root {
 		// Leave the caller's buffer unchanged on non-roots.
@@ -333,7 +334,7 @@ func (e *Engine) reduce(op *comm.Op) error {
 func (e *Engine) reduceScatter(op *comm.Op) error {
 	m := e.mesh
 	out := op.Out[0]
-	dt, red := out.DType(), m.cur.red
+	dt, red := out.DType(), m.Cur.Red
 	var counts []int
 	if op.Type == comm.OpReduceScatterV {
 		counts = op.RecvCounts

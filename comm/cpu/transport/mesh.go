@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"errors"
@@ -10,36 +10,36 @@ import (
 )
 
 // opCtx is the op a mesh is executing.
-type opCtx struct {
-	fp  comm.Fingerprint
-	dt  comm.DType
-	red comm.ReduceOp
-	tag int64
+type OpCtx struct {
+	FP    comm.Fingerprint
+	DType comm.DType
+	Red   comm.ReduceOp
+	Tag   int64
 }
 
 // stashed is a message that arrived before the op that wants it (a Send's
 // payload while a collective runs, a tag not yet asked for, or a
 // collective message seen by an any-source Recv).
 type stashed struct {
-	h    header
+	h    Header
 	data []byte
 }
 
 // mesh implements Mesh over one link per peer for the progress goroutine.
-type mesh struct {
+type Mesh struct {
 	rank, size int
-	links      []link // nil at rank
-	ctl        *ctl
-	spin       bool       // some link is polled by spinning
-	tcps       []*tcpLink // the TCP data links (see wait)
+	links      []Link // nil at rank
+	ctl        *Ctl
+	Spin       bool       // some link is polled by spinning
+	tcps       []*TCPLink // the TCP data links (see wait)
 	stash      [][]stashed
 	dirty      []bool // links sent to since the last Flush
-	cur        opCtx
+	Cur        OpCtx
 	anyNext    int // rotates the first peer an any-source Recv polls
 	// grp is the group segment (shm_group.go) or nil; with it the mesh
 	// also offers the slots of the one-step algorithms (mesh_flat.go).
-	grp *shmGroup
-	fh  header // the header of a slot being written or checked
+	Grp *ShmGroup
+	fh  Header // the header of a slot being written or checked
 	// fall is the last one-step op for which every rank's slot was
 	// awaited (mesh_flat.go).
 	fall uint64
@@ -48,80 +48,80 @@ type mesh struct {
 	// They live here, not on the stack, because links take them by pointer
 	// through an interface, which would move a local to the heap on every
 	// message (and, in recvColl, on every poll while waiting).
-	sh, rh header
+	sh, rh Header
 
 	// fatal returns the engine's recorded error (a notice from a peer, a
 	// dead connection) if it concerns the running op, so that waits end
 	// promptly; cause returns it whatever op it struck, to name the cause
 	// of a broken read.
-	fatal, cause func() error
+	Fatal, Cause func() error
 	// closed returns the error recorded when peer told us it destroyed
 	// the group (failure.go), or nil.
-	closed func(peer int) error
+	Closed func(peer int) error
 	// late looks for the notice a peer whose connection broke may have
 	// left in the store (failure.go), or returns nil.
-	late func(peer int) error
+	Late func(peer int) error
 	// mismatch records a mismatch (detail: what differs beyond the
 	// fingerprints) and notifies every peer.
-	mismatch func(peer int, got header, detail string) error
+	Mismatch func(peer int, got Header, detail string) error
 }
 
-func newMesh(rank, size int, links []link, c *ctl) *mesh {
-	m := &mesh{rank: rank, size: size, links: links, ctl: c,
+func NewMesh(rank, size int, links []Link, c *Ctl) *Mesh {
+	m := &Mesh{rank: rank, size: size, links: links, ctl: c,
 		stash: make([][]stashed, size), dirty: make([]bool, size)}
 	for _, l := range links {
 		if l != nil && l.spins() {
-			m.spin = true
+			m.Spin = true
 		}
-		if tl, ok := l.(*tcpLink); ok && tl.data {
+		if tl, ok := l.(*TCPLink); ok && tl.data {
 			m.tcps = append(m.tcps, tl)
 		}
 	}
-	m.fatal = func() error { return nil }
-	m.cause = m.fatal
-	m.closed = func(int) error { return nil }
-	m.late = func(int) error { return nil }
+	m.Fatal = func() error { return nil }
+	m.Cause = m.Fatal
+	m.Closed = func(int) error { return nil }
+	m.Late = func(int) error { return nil }
 	return m
 }
 
-func (m *mesh) Rank() int { return m.rank }
-func (m *mesh) Size() int { return m.size }
+func (m *Mesh) Rank() int { return m.rank }
+func (m *Mesh) Size() int { return m.size }
 
 // begin sets the op whose messages Send and Recv exchange.
-func (m *mesh) begin(o opCtx) { m.cur = o }
+func (m *Mesh) Begin(o OpCtx) { m.Cur = o }
 
-func (m *mesh) transportErr(peer int, err error) error {
-	if errors.Is(err, errStopped) {
-		return errStopped
+func (m *Mesh) transportErr(peer int, err error) error {
+	if errors.Is(err, ErrStopped) {
+		return ErrStopped
 	}
-	if m.ctl.aborting.Load() {
+	if m.ctl.Aborting.Load() {
 		// This rank is aborting and peers, told so, may already be gone:
 		// the op fails with the abort once Abort has finished telling
 		// them, not with their EOF.
-		<-m.ctl.stop
-		return errStopped
+		<-m.ctl.Stop
+		return ErrStopped
 	}
-	if f := m.cause(); f != nil {
+	if f := m.Cause(); f != nil {
 		return f // the failure recorded first (a peer's notice) is the cause
 	}
 	if errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrEngine) || errors.Is(err, comm.ErrRemoteAbort) {
 		return err
 	}
-	if c := m.closed(peer); c != nil {
+	if c := m.Closed(peer); c != nil {
 		return c // the peer destroyed the group: not an anonymous EOF
 	}
-	if l := m.late(peer); l != nil {
+	if l := m.Late(peer); l != nil {
 		return l // the peer aborted while a large message held the connection
 	}
 	var te *comm.TransportError
 	if errors.As(err, &te) {
 		return err
 	}
-	return &comm.TransportError{Rank: m.rank, Peer: peer, FP: m.cur.fp, Err: err}
+	return &comm.TransportError{Rank: m.rank, Peer: peer, FP: m.Cur.FP, Err: err}
 }
 
-func (m *mesh) Send(peer, step int, buf []byte) error {
-	m.sh = header{Kind: kindColl, Sender: m.rank, FP: m.cur.fp, Step: uint32(step), Len: uint64(len(buf))}
+func (m *Mesh) Send(peer, step int, buf []byte) error {
+	m.sh = Header{Kind: kindColl, Sender: m.rank, FP: m.Cur.FP, Step: uint32(step), Len: uint64(len(buf))}
 	m.dirty[peer] = true
 	if err := m.links[peer].send(&m.sh, buf); err != nil {
 		return m.transportErr(peer, err)
@@ -129,7 +129,7 @@ func (m *mesh) Send(peer, step int, buf []byte) error {
 	return nil
 }
 
-func (m *mesh) Flush() error {
+func (m *Mesh) Flush() error {
 	for p, d := range m.dirty {
 		if !d {
 			continue
@@ -142,16 +142,16 @@ func (m *mesh) Flush() error {
 	return nil
 }
 
-func (m *mesh) Recv(peer, step int, dst []byte) error {
+func (m *Mesh) Recv(peer, step int, dst []byte) error {
 	return m.recvColl(peer, step, len(dst), sink{dst: dst})
 }
 
-func (m *mesh) Reduce(dst, src []byte) error {
-	return kernel.Reduce(dst, src, m.cur.dt, m.cur.red)
+func (m *Mesh) Reduce(dst, src []byte) error {
+	return kernel.Reduce(dst, src, m.Cur.DType, m.Cur.Red)
 }
 
-func (m *mesh) RecvReduce(peer, step int, dst []byte) error {
-	return m.recvColl(peer, step, len(dst), sink{dst: dst, reduce: true, dt: m.cur.dt, red: m.cur.red})
+func (m *Mesh) RecvReduce(peer, step int, dst []byte) error {
+	return m.recvColl(peer, step, len(dst), sink{dst: dst, reduce: true, dt: m.Cur.DType, red: m.Cur.Red})
 }
 
 // wait pauses until something may have arrived; it returns an error if the
@@ -163,11 +163,11 @@ func (m *mesh) RecvReduce(peer, step int, dst []byte) error {
 // gives two ranks on two cores, only sysmon would, every 10 ms), so both
 // waits below peek at the TCP sockets and, when bytes are there, park until
 // the reader pokes ctl.notify.
-func (m *mesh) wait(b *backoff) error {
-	if err := m.fatal(); err != nil {
+func (m *Mesh) wait(b *backoff) error {
+	if err := m.Fatal(); err != nil {
 		return err
 	}
-	if m.spin {
+	if m.Spin {
 		if m.ctl.pumpAll() {
 			b.reset()
 			return nil
@@ -188,8 +188,8 @@ func (m *mesh) wait(b *backoff) error {
 		} else {
 			select {
 			case <-m.ctl.notify:
-			case <-m.ctl.stop:
-				return errStopped
+			case <-m.ctl.Stop:
+				return ErrStopped
 			default:
 			}
 			return nil
@@ -200,7 +200,7 @@ func (m *mesh) wait(b *backoff) error {
 
 // tcpReadable reports whether a TCP data link has unread bytes in the
 // kernel that its reader goroutine is ready to take.
-func (m *mesh) tcpReadable() bool {
+func (m *Mesh) tcpReadable() bool {
 	for _, l := range m.tcps {
 		if l.readable() {
 			return true
@@ -211,7 +211,7 @@ func (m *mesh) tcpReadable() bool {
 
 // park blocks until a reader goroutine pokes ctl.notify or the engine
 // stops; with max > 0, at most max (shm links are polled, not poked).
-func (m *mesh) park(max time.Duration) error {
+func (m *Mesh) park(max time.Duration) error {
 	var timeout <-chan time.Time
 	if max > 0 {
 		t := time.NewTimer(max)
@@ -221,14 +221,14 @@ func (m *mesh) park(max time.Duration) error {
 	select {
 	case <-m.ctl.notify:
 	case <-timeout:
-	case <-m.ctl.stop:
-		return errStopped
+	case <-m.ctl.Stop:
+		return ErrStopped
 	}
 	return nil
 }
 
 // stashMsg reads the polled message h from peer into the stash.
-func (m *mesh) stashMsg(peer int, h header) error {
+func (m *Mesh) stashMsg(peer int, h Header) error {
 	data := make([]byte, h.Len)
 	if err := m.links[peer].read(&h, sink{dst: data}); err != nil {
 		return m.transportErr(peer, err)
@@ -238,24 +238,24 @@ func (m *mesh) stashMsg(peer int, h header) error {
 }
 
 // checkColl matches a collective message against the current op.
-func (m *mesh) checkColl(peer, step, n int, h header) error {
-	if h.FP != m.cur.fp {
-		return m.mismatch(peer, h, "")
+func (m *Mesh) checkColl(peer, step, n int, h Header) error {
+	if h.FP != m.Cur.FP {
+		return m.Mismatch(peer, h, "")
 	}
 	if h.Sender != peer {
-		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,
+		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP,
 			Msg: fmt.Sprintf("protocol error: message on the link to rank %d claims sender %d", peer, h.Sender)}
 	}
 	if int(h.Step) != step || h.Len != uint64(n) {
 		// Same op, but the two ranks disagree on what this message holds:
 		// split sizes or V-variant counts that do not fit together.
-		return m.mismatch(peer, h, fmt.Sprintf("rank %d sent %s of %d bytes, rank %d expected %s of %d bytes (the ranks' split sizes or counts do not fit together)",
+		return m.Mismatch(peer, h, fmt.Sprintf("rank %d sent %s of %d bytes, rank %d expected %s of %d bytes (the ranks' split sizes or counts do not fit together)",
 			peer, stepName(int(h.Step)), h.Len, m.rank, stepName(step), n))
 	}
 	return nil
 }
 
-func (m *mesh) recvColl(peer, step, n int, s sink) error {
+func (m *Mesh) recvColl(peer, step, n int, s sink) error {
 	for i, st := range m.stash[peer] {
 		if st.h.Kind != kindColl {
 			continue
@@ -280,7 +280,7 @@ func (m *mesh) recvColl(peer, step, n int, s sink) error {
 			return m.transportErr(peer, err)
 		}
 		if !ok {
-			if m.grp != nil {
+			if m.Grp != nil {
 				// A peer that published a slot of a one-step op this
 				// rank has not run launched something else: this wait
 				// would never end (mesh_flat.go).
@@ -315,12 +315,12 @@ func (m *mesh) recvColl(peer, step, n int, s sink) error {
 
 // agreeStep0 is the step number of the first agreement round; algorithm
 // steps stay far below it.
-const agreeStep0 = 1 << 24
+const AgreeStep0 = 1 << 24
 
 // stepName names an algorithm step for mismatch messages.
 func stepName(step int) string {
-	if step >= agreeStep0 {
-		return fmt.Sprintf("agreement round %d", step-agreeStep0)
+	if step >= AgreeStep0 {
+		return fmt.Sprintf("agreement round %d", step-AgreeStep0)
 	}
 	return fmt.Sprintf("step %d", step)
 }

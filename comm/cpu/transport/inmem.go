@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"errors"
@@ -10,9 +10,6 @@ import (
 	"github.com/ranktree/ranktree/comm"
 )
 
-// TransportInmem connects engines of one process through an InmemHub.
-const TransportInmem = "inmem"
-
 // InmemHub connects the engines of one process through rings in Go memory:
 // no sockets, files or store keys (the counterpart of hashicorp/raft's
 // inmem_transport.go). Pass the same hub in Options.Hub, with Transport
@@ -20,15 +17,15 @@ const TransportInmem = "inmem"
 // single-process simulations. The rings and their protocol are the shm
 // transport's. Safe for concurrent use.
 type InmemHub struct {
-	mu      sync.Mutex
+	Mu      sync.Mutex
 	pairs   map[inmemKey]*inmemPair
 	groups  map[inmemKey]*inmemGroup // group segments (lo, hi: 0 and the size)
-	changed chan struct{}            // closed and replaced when an end attaches
+	Changed chan struct{}            // closed and replaced when an end attaches
 }
 
 // NewInmemHub returns an empty hub.
 func NewInmemHub() *InmemHub {
-	return &InmemHub{pairs: make(map[inmemKey]*inmemPair), groups: make(map[inmemKey]*inmemGroup), changed: make(chan struct{})}
+	return &InmemHub{pairs: make(map[inmemKey]*inmemPair), groups: make(map[inmemKey]*inmemGroup), Changed: make(chan struct{})}
 }
 
 type inmemKey struct {
@@ -38,16 +35,16 @@ type inmemKey struct {
 }
 
 type inmemPair struct {
-	mem  []byte
-	ends [2]*inmemEnd // [0] the lower rank, [1] the higher
+	Mem  []byte
+	Ends [2]*InmemEnd // [0] the lower rank, [1] the higher
 }
 
 // inmemEnd is one engine's side of a pair.
-type inmemEnd struct {
-	rank     int
-	onNotice func(peer int, payload []byte, ack func())
-	onAck    func(peer int)
-	poke     func()
+type InmemEnd struct {
+	Rank     int
+	OnNotice func(peer int, payload []byte, ack func())
+	OnAck    func(peer int)
+	Poke     func()
 	closed   atomic.Bool
 }
 
@@ -55,15 +52,15 @@ var errPeerClosed = errors.New("peer closed its end of the in-memory link")
 
 // inmemCtrl is the control side of an inmem link: notices are calls into
 // the peer engine, and a closed peer end reads as a dead connection.
-type inmemCtrl struct {
-	hub  *InmemHub
-	key  inmemKey
-	pair *inmemPair
-	side int
+type InmemCtrl struct {
+	Hub  *InmemHub
+	Key  inmemKey
+	Pair *inmemPair
+	Side int
 }
 
-func (c *inmemCtrl) readErr() error {
-	if c.pair.ends[1-c.side].closed.Load() {
+func (c *InmemCtrl) readErr() error {
+	if c.Pair.Ends[1-c.Side].closed.Load() {
 		return errPeerClosed
 	}
 	return nil
@@ -72,70 +69,70 @@ func (c *inmemCtrl) readErr() error {
 // closedChan is a channel that is already closed.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (c *inmemCtrl) notice(payload []byte) <-chan struct{} {
-	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
+func (c *InmemCtrl) Notice(payload []byte) <-chan struct{} {
+	me, peer := c.Pair.Ends[c.Side], c.Pair.Ends[1-c.Side]
 	if peer.closed.Load() || me.closed.Load() {
 		return nil
 	}
-	peer.onNotice(me.rank, payload, func() {
+	peer.OnNotice(me.Rank, payload, func() {
 		if !me.closed.Load() {
-			me.onAck(peer.rank)
+			me.OnAck(peer.Rank)
 		}
 	})
-	peer.poke()
+	peer.Poke()
 	return closedChan
 }
 
-func (c *inmemCtrl) ack() {
-	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
+func (c *InmemCtrl) ack() {
+	me, peer := c.Pair.Ends[c.Side], c.Pair.Ends[1-c.Side]
 	if !peer.closed.Load() {
-		peer.onAck(me.rank)
+		peer.OnAck(me.Rank)
 	}
 }
 
-func (c *inmemCtrl) up() bool {
-	return !c.pair.ends[0].closed.Load() && !c.pair.ends[1].closed.Load()
+func (c *InmemCtrl) Up() bool {
+	return !c.Pair.Ends[0].closed.Load() && !c.Pair.Ends[1].closed.Load()
 }
 
-func (c *inmemCtrl) wakePeer() { c.pair.ends[1-c.side].poke() }
+func (c *InmemCtrl) wakePeer() { c.Pair.Ends[1-c.Side].Poke() }
 
-func (c *inmemCtrl) close() {
-	if c.pair.ends[c.side].closed.Swap(true) {
+func (c *InmemCtrl) Close() {
+	if c.Pair.Ends[c.Side].closed.Swap(true) {
 		return
 	}
-	c.pair.ends[1-c.side].poke()
-	c.hub.mu.Lock()
-	if c.pair.ends[1-c.side].closed.Load() && c.hub.pairs[c.key] == c.pair {
-		delete(c.hub.pairs, c.key)
+	c.Pair.Ends[1-c.Side].Poke()
+	c.Hub.Mu.Lock()
+	if c.Pair.Ends[1-c.Side].closed.Load() && c.Hub.pairs[c.Key] == c.Pair {
+		delete(c.Hub.pairs, c.Key)
 	}
-	c.hub.mu.Unlock()
+	c.Hub.Mu.Unlock()
 }
 
 // attach registers end as rank's side of its pair with peer and returns the
 // pair, creating its memory if this end is first.
-func (h *InmemHub) attach(group string, epoch uint32, rank, peer, ringBytes int, end *inmemEnd) (*inmemPair, inmemKey, int, error) {
+func (h *InmemHub) Attach(group string, epoch uint32, rank, peer, ringBytes int, end *InmemEnd) (*inmemPair, inmemKey, int, error) {
 	k := inmemKey{group: group, epoch: epoch, lo: min(rank, peer), hi: max(rank, peer)}
 	side := 0
 	if rank == k.hi {
 		side = 1
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
 	p := h.pairs[k]
 	if p == nil {
 		words := make([]uint64, (shmDataOff+2*ringBytes)/8)
-		p = &inmemPair{mem: unsafeBytes(words)}
+		p = &inmemPair{Mem: unsafeBytes(words)}
 		h.pairs[k] = p
 	}
-	if len(p.mem) != shmDataOff+2*ringBytes {
+	if len(p.Mem) != shmDataOff+2*ringBytes {
 		return nil, k, 0, fmt.Errorf("%w: cpu: ranks %d and %d disagree on ShmRingBytes", comm.ErrInvalidArgument, rank, peer)
 	}
-	if p.ends[side] != nil {
+	if p.Ends[side] != nil {
 		return nil, k, 0, fmt.Errorf("%w: cpu: rank %d of group %q epoch %d is already attached to the hub", comm.ErrInvalidArgument, rank, group, epoch)
 	}
-	p.ends[side] = end
-	close(h.changed)
-	h.changed = make(chan struct{})
+	p.Ends[side] = end
+	close(h.Changed)
+	h.Changed = make(chan struct{})
 	return p, k, side, nil
 }
 
@@ -144,10 +141,10 @@ func (h *InmemHub) attach(group string, epoch uint32, rank, peer, ringBytes int,
 // The engine gives it back with release once closed; the last one
 // frees it, so that a group re-created under the same name and epoch
 // starts from zeroed counters.
-func (h *InmemHub) group(group string, epoch uint32, n, slot int) ([]byte, func(), error) {
+func (h *InmemHub) Group(group string, epoch uint32, n, slot int) ([]byte, func(), error) {
 	k := inmemKey{group: group, epoch: epoch, lo: 0, hi: n}
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.Mu.Lock()
+	defer h.Mu.Unlock()
 	g := h.groups[k]
 	if g == nil {
 		g = &inmemGroup{mem: unsafeBytes(make([]uint64, grpBytes(n, slot)/8))}
@@ -160,8 +157,8 @@ func (h *InmemHub) group(group string, epoch uint32, n, slot int) ([]byte, func(
 	var once sync.Once
 	release := func() {
 		once.Do(func() {
-			h.mu.Lock()
-			defer h.mu.Unlock()
+			h.Mu.Lock()
+			defer h.Mu.Unlock()
 			if g.refs--; g.refs == 0 && h.groups[k] == g {
 				delete(h.groups, k)
 			}
