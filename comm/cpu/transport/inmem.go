@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -17,15 +18,15 @@ import (
 // single-process simulations. The rings and their protocol are the shm
 // transport's. Safe for concurrent use.
 type InmemHub struct {
-	Mu      sync.Mutex
+	mu      sync.Mutex
 	pairs   map[inmemKey]*inmemPair
 	groups  map[inmemKey]*inmemGroup // group segments (lo, hi: 0 and the size)
-	Changed chan struct{}            // closed and replaced when an end attaches
+	changed chan struct{}            // closed and replaced when an end attaches
 }
 
 // NewInmemHub returns an empty hub.
 func NewInmemHub() *InmemHub {
-	return &InmemHub{pairs: make(map[inmemKey]*inmemPair), groups: make(map[inmemKey]*inmemGroup), Changed: make(chan struct{})}
+	return &InmemHub{pairs: make(map[inmemKey]*inmemPair), groups: make(map[inmemKey]*inmemGroup), changed: make(chan struct{})}
 }
 
 type inmemKey struct {
@@ -35,16 +36,16 @@ type inmemKey struct {
 }
 
 type inmemPair struct {
-	Mem  []byte
-	Ends [2]*InmemEnd // [0] the lower rank, [1] the higher
+	mem  []byte
+	ends [2]*inmemEnd // [0] the lower rank, [1] the higher
 }
 
 // inmemEnd is one engine's side of a pair.
-type InmemEnd struct {
-	Rank     int
-	OnNotice func(peer int, payload []byte, ack func())
-	OnAck    func(peer int)
-	Poke     func()
+type inmemEnd struct {
+	rank     int
+	onNotice func(peer int, payload []byte, ack func())
+	onAck    func(peer int)
+	poke     func()
 	closed   atomic.Bool
 }
 
@@ -52,15 +53,15 @@ var errPeerClosed = errors.New("peer closed its end of the in-memory link")
 
 // inmemCtrl is the control side of an inmem link: notices are calls into
 // the peer engine, and a closed peer end reads as a dead connection.
-type InmemCtrl struct {
-	Hub  *InmemHub
-	Key  inmemKey
-	Pair *inmemPair
-	Side int
+type inmemCtrl struct {
+	hub  *InmemHub
+	key  inmemKey
+	pair *inmemPair
+	side int
 }
 
-func (c *InmemCtrl) readErr() error {
-	if c.Pair.Ends[1-c.Side].closed.Load() {
+func (c *inmemCtrl) readErr() error {
+	if c.pair.ends[1-c.side].closed.Load() {
 		return errPeerClosed
 	}
 	return nil
@@ -69,70 +70,70 @@ func (c *InmemCtrl) readErr() error {
 // closedChan is a channel that is already closed.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (c *InmemCtrl) Notice(payload []byte) <-chan struct{} {
-	me, peer := c.Pair.Ends[c.Side], c.Pair.Ends[1-c.Side]
+func (c *inmemCtrl) Notice(payload []byte) <-chan struct{} {
+	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
 	if peer.closed.Load() || me.closed.Load() {
 		return nil
 	}
-	peer.OnNotice(me.Rank, payload, func() {
+	peer.onNotice(me.rank, payload, func() {
 		if !me.closed.Load() {
-			me.OnAck(peer.Rank)
+			me.onAck(peer.rank)
 		}
 	})
-	peer.Poke()
+	peer.poke()
 	return closedChan
 }
 
-func (c *InmemCtrl) ack() {
-	me, peer := c.Pair.Ends[c.Side], c.Pair.Ends[1-c.Side]
+func (c *inmemCtrl) ack() {
+	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
 	if !peer.closed.Load() {
-		peer.OnAck(me.Rank)
+		peer.onAck(me.rank)
 	}
 }
 
-func (c *InmemCtrl) Up() bool {
-	return !c.Pair.Ends[0].closed.Load() && !c.Pair.Ends[1].closed.Load()
+func (c *inmemCtrl) Up() bool {
+	return !c.pair.ends[0].closed.Load() && !c.pair.ends[1].closed.Load()
 }
 
-func (c *InmemCtrl) wakePeer() { c.Pair.Ends[1-c.Side].Poke() }
+func (c *inmemCtrl) wakePeer() { c.pair.ends[1-c.side].poke() }
 
-func (c *InmemCtrl) Close() {
-	if c.Pair.Ends[c.Side].closed.Swap(true) {
+func (c *inmemCtrl) Close() {
+	if c.pair.ends[c.side].closed.Swap(true) {
 		return
 	}
-	c.Pair.Ends[1-c.Side].Poke()
-	c.Hub.Mu.Lock()
-	if c.Pair.Ends[1-c.Side].closed.Load() && c.Hub.pairs[c.Key] == c.Pair {
-		delete(c.Hub.pairs, c.Key)
+	c.pair.ends[1-c.side].poke()
+	c.hub.mu.Lock()
+	if c.pair.ends[1-c.side].closed.Load() && c.hub.pairs[c.key] == c.pair {
+		delete(c.hub.pairs, c.key)
 	}
-	c.Hub.Mu.Unlock()
+	c.hub.mu.Unlock()
 }
 
 // attach registers end as rank's side of its pair with peer and returns the
 // pair, creating its memory if this end is first.
-func (h *InmemHub) Attach(group string, epoch uint32, rank, peer, ringBytes int, end *InmemEnd) (*inmemPair, inmemKey, int, error) {
+func (h *InmemHub) attach(group string, epoch uint32, rank, peer, ringBytes int, end *inmemEnd) (*inmemPair, inmemKey, int, error) {
 	k := inmemKey{group: group, epoch: epoch, lo: min(rank, peer), hi: max(rank, peer)}
 	side := 0
 	if rank == k.hi {
 		side = 1
 	}
-	h.Mu.Lock()
-	defer h.Mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	p := h.pairs[k]
 	if p == nil {
 		words := make([]uint64, (shmDataOff+2*ringBytes)/8)
-		p = &inmemPair{Mem: unsafeBytes(words)}
+		p = &inmemPair{mem: unsafeBytes(words)}
 		h.pairs[k] = p
 	}
-	if len(p.Mem) != shmDataOff+2*ringBytes {
+	if len(p.mem) != shmDataOff+2*ringBytes {
 		return nil, k, 0, fmt.Errorf("%w: cpu: ranks %d and %d disagree on ShmRingBytes", comm.ErrInvalidArgument, rank, peer)
 	}
-	if p.Ends[side] != nil {
+	if p.ends[side] != nil {
 		return nil, k, 0, fmt.Errorf("%w: cpu: rank %d of group %q epoch %d is already attached to the hub", comm.ErrInvalidArgument, rank, group, epoch)
 	}
-	p.Ends[side] = end
-	close(h.Changed)
-	h.Changed = make(chan struct{})
+	p.ends[side] = end
+	close(h.changed)
+	h.changed = make(chan struct{})
 	return p, k, side, nil
 }
 
@@ -141,10 +142,10 @@ func (h *InmemHub) Attach(group string, epoch uint32, rank, peer, ringBytes int,
 // The engine gives it back with release once closed; the last one
 // frees it, so that a group re-created under the same name and epoch
 // starts from zeroed counters.
-func (h *InmemHub) Group(group string, epoch uint32, n, slot int) ([]byte, func(), error) {
+func (h *InmemHub) group(group string, epoch uint32, n, slot int) ([]byte, func(), error) {
 	k := inmemKey{group: group, epoch: epoch, lo: 0, hi: n}
-	h.Mu.Lock()
-	defer h.Mu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	g := h.groups[k]
 	if g == nil {
 		g = &inmemGroup{mem: unsafeBytes(make([]uint64, grpBytes(n, slot)/8))}
@@ -157,8 +158,8 @@ func (h *InmemHub) Group(group string, epoch uint32, n, slot int) ([]byte, func(
 	var once sync.Once
 	release := func() {
 		once.Do(func() {
-			h.Mu.Lock()
-			defer h.Mu.Unlock()
+			h.mu.Lock()
+			defer h.mu.Unlock()
 			if g.refs--; g.refs == 0 && h.groups[k] == g {
 				delete(h.groups, k)
 			}
@@ -171,6 +172,121 @@ func (h *InmemHub) Group(group string, epoch uint32, n, slot int) ([]byte, func(
 type inmemGroup struct {
 	mem  []byte
 	refs int
+}
+
+// InmemConfig names one member of a group that connects through an
+// InmemHub, and the sizes every member must agree on.
+type InmemConfig struct {
+	Group string // process group name
+	Epoch uint32 // the group's epoch: a restarted group gets new rings
+	Rank  int    // this member's group rank, 0 <= Rank < Size
+	Size  int    // group size
+	// RingBytes is the size of each ring direction of a pair (the shm
+	// transport's ShmRingBytes), a positive multiple of 8.
+	RingBytes int
+	// SlotBytes is the slot size of the one-step algorithms (FlatThreshold);
+	// 0, or a group above MaxFlatRanks, gets no group segment.
+	SlotBytes int
+}
+
+// Connect attaches cfg.Rank to the hub and returns one ring link per peer
+// (nil at cfg.Rank), driven by c, and the group segment (nil if the group
+// gets none). It waits until every peer attached, or returns a
+// *comm.TransportError naming the first missing one once ctx ends; a
+// member attached twice, or members disagreeing on RingBytes or SlotBytes,
+// give an error wrapping comm.ErrInvalidArgument. The caller closes the
+// links (and Unmaps the group segment) when done.
+func (h *InmemHub) Connect(ctx context.Context, cfg InmemConfig, c *Ctl) ([]Link, *ShmGroup, error) {
+	ctrls, err := h.attachAll(cfg, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.await(ctx, cfg.Rank, ctrls); err != nil {
+		return nil, nil, err
+	}
+	links := h.ringLinks(cfg, c, ctrls)
+	if cfg.SlotBytes <= 0 || cfg.Size < 2 || cfg.Size > MaxFlatRanks {
+		return links, nil, nil
+	}
+	mem, release, err := h.group(cfg.Group, cfg.Epoch, cfg.Size, cfg.SlotBytes)
+	if err != nil {
+		closeCtrls(ctrls)
+		return nil, nil, err
+	}
+	g := GroupOver(mem, cfg.Size, cfg.SlotBytes, cfg.Rank)
+	g.Release = release
+	// Every rank is a goroutine of this process: waits keep the backoff
+	// of link.go, not the group's futex policy (see ShmGroup.Futex).
+	return links, g, nil
+}
+
+// attachAll registers cfg.Rank's end with every peer's pair.
+func (h *InmemHub) attachAll(cfg InmemConfig, c *Ctl) ([]*inmemCtrl, error) {
+	end := &inmemEnd{rank: cfg.Rank, onNotice: c.OnNotice, onAck: c.OnAck, poke: c.Poke}
+	if end.onNotice == nil {
+		end.onNotice = func(int, []byte, func()) {}
+	}
+	if end.onAck == nil {
+		end.onAck = func(int) {}
+	}
+	ctrls := make([]*inmemCtrl, cfg.Size)
+	for p := range cfg.Size {
+		if p == cfg.Rank {
+			continue
+		}
+		pair, k, side, err := h.attach(cfg.Group, cfg.Epoch, cfg.Rank, p, cfg.RingBytes, end)
+		if err != nil {
+			closeCtrls(ctrls)
+			return nil, err
+		}
+		ctrls[p] = &inmemCtrl{hub: h, key: k, pair: pair, side: side}
+	}
+	return ctrls, nil
+}
+
+// await waits until every peer of rank attached its end.
+func (h *InmemHub) await(ctx context.Context, rank int, ctrls []*inmemCtrl) error {
+	for p, c := range ctrls {
+		for c != nil {
+			h.mu.Lock()
+			ok := c.pair.ends[1-c.side] != nil
+			ch := h.changed
+			h.mu.Unlock()
+			if ok {
+				break
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				closeCtrls(ctrls)
+				return &comm.TransportError{Rank: rank, Peer: p, Err: fmt.Errorf("rendezvous: rank %d did not attach to the hub: %w", p, ctx.Err())}
+			}
+		}
+	}
+	return nil
+}
+
+// ringLinks lays the rings of each attached pair out as a link.
+func (h *InmemHub) ringLinks(cfg InmemConfig, c *Ctl, ctrls []*inmemCtrl) []Link {
+	links := make([]Link, cfg.Size)
+	for p, ct := range ctrls {
+		if ct == nil {
+			continue
+		}
+		s := RingsOver(ct.pair.mem, cfg.RingBytes, ct.side == 0)
+		s.Start(p, c, ct)
+		links[p] = s
+		c.Pumps = append(c.Pumps, s)
+	}
+	return links
+}
+
+func closeCtrls(ctrls []*inmemCtrl) {
+	for _, c := range ctrls {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
 
 // unsafeBytes views words as bytes (8-byte aligned, as the rings need).
