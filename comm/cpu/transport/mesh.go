@@ -81,6 +81,9 @@ func NewMesh(rank, size int, links []Link, c *Ctl) *Mesh {
 	m.Cause = m.Fatal
 	m.Closed = func(int) error { return nil }
 	m.Late = func(int) error { return nil }
+	m.Mismatch = func(peer int, got Header, detail string) error {
+		return &comm.MismatchError{LocalRank: m.rank, RemoteRank: peer, Local: m.Cur.FP, Remote: got.FP, Detail: detail}
+	}
 	return m
 }
 
