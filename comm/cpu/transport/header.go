@@ -27,20 +27,20 @@ const (
 	kindP2P
 	// kindNotice tells the receiver that the sender's communicator broke
 	// (a mismatch it found, an abort, a dead peer) or is closing; its
-	// payload is a failNotice (failure.go), at most maxNotice bytes.
+	// payload is a failNotice (comm/cpu/failure.go), at most maxNotice bytes.
 	kindNotice
 	// kindWake (control connection of an shm pair, no payload) wakes a
 	// rank that went to sleep waiting on its rings.
 	kindWake
 	// kindAck (no payload) acknowledges a notice that asked for one: the
-	// receiver has recorded the failure (failure.go).
+	// receiver has recorded the failure (comm/cpu/failure.go).
 	kindAck
 )
 
 // maxNotice bounds a notice's payload.
 const MaxNotice = 16 << 10
 
-// header is the fixed 64-byte prefix of every message. Layout (little endian):
+// Header is the fixed 64-byte prefix of every message. Layout (little endian):
 //
 //	0  magic u16 | 2 version u8 | 3 kind u8 | 4 sender rank u32
 //	8  group u64
@@ -55,12 +55,12 @@ const MaxNotice = 16 << 10
 // shape key in every other message (P2P fingerprints carry no shape, and
 // collectives no tag).
 type Header struct {
-	Kind   msgKind
-	Sender int
-	FP     comm.Fingerprint
-	Step   uint32 // algorithm step that sent it, for diagnostics and matching
-	Tag    int64  // Send/Recv tag
-	Len    uint64 // payload bytes following the header (padded to 8 on shm)
+	Kind   msgKind          // what the message carries
+	Sender int              // the sender's group rank
+	FP     comm.Fingerprint // the op the message belongs to
+	Step   uint32           // algorithm step that sent it, for diagnostics and matching
+	Tag    int64            // Send/Recv tag
+	Len    uint64           // payload bytes following the header (padded to 8 on shm)
 }
 
 // errBadHeader is wrapped by decodeHeader's errors.

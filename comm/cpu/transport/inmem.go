@@ -13,7 +13,7 @@ import (
 
 // InmemHub connects the engines of one process through rings in Go memory:
 // no sockets, files or store keys (the counterpart of hashicorp/raft's
-// inmem_transport.go). Pass the same hub in Options.Hub, with Transport
+// inmem_transport.go). Pass the same hub in cpu.Options.Hub, with Transport
 // "inmem", to every engine of a job; it is meant for tests and
 // single-process simulations. The rings and their protocol are the shm
 // transport's. Safe for concurrent use.

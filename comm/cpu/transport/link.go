@@ -11,7 +11,7 @@ import (
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
 )
 
-// link is the connection to one peer as the progress goroutine sees it: the
+// Link is the connection to one peer as the progress goroutine sees it: the
 // transport interface the mesh (and through it every algorithm) is written
 // against, in the manner of Gloo's transport::Pair. tcp.go and shm.go
 // implement it; each may run helper goroutines, the algorithms never do.
@@ -69,33 +69,33 @@ func (s sink) deliver(off int, seg []byte) error {
 // engine replaces it with the AbortedError or ErrClosed it recorded.
 var ErrStopped = errors.New("cpu: engine stopped")
 
-// ctl is the state every link of one engine shares: the stop signal (Abort
+// Ctl is the state every link of one engine shares: the stop signal (Abort
 // or Close), the wake-up channel that tcp readers poke when a message
 // arrives, and the handler for mismatch notices from peers.
 type Ctl struct {
 	Stop    chan struct{} // closed by Abort/Close
-	Stopped atomic.Bool
-	// aborting is set when Abort begins, before it tells the peers and
+	Stopped atomic.Bool   // set with Stop; polled by spinning waits
+	// Aborting is set when Abort begins, before it tells the peers and
 	// stops the engine: a connection a peer closes meanwhile is a
 	// consequence of this abort, not its cause (mesh.transportErr).
 	Aborting atomic.Bool
 	notify   chan struct{} // cap 1: something arrived on some tcp link
-	// onNotice is called from tcp reader goroutines when peer sends a
-	// notice (failure.go) with its payload; onAck when peer acknowledges
-	// one of ours.
+	// OnNotice is called from tcp reader goroutines when peer sends a
+	// notice (the engine's failure.go) with its payload; OnAck when peer
+	// acknowledges one of ours. Either may be nil.
 	OnNotice func(peer int, payload []byte, ack func())
-	OnAck    func(peer int)
-	// fatal is the engine's recorded fatal error (a peer's notice), checked
+	OnAck    func(peer int) // see OnNotice
+	// Fatal is the engine's recorded fatal error (a peer's notice), checked
 	// by waits that could otherwise outlive a broken op.
 	Fatal func() error
-	// yieldOS is set when some shm peer is another process: waits then
+	// YieldOS is set when some shm peer is another process: waits then
 	// also yield the OS thread, so that the peer can run on an
 	// oversubscribed machine.
 	YieldOS bool
-	// pumps are the shm links with a send queue; pumpAll drives them
+	// Pumps are the shm links with a send queue; pumpAll drives them
 	// (progress goroutine only).
 	Pumps []*ShmLink
-	// grp is the group segment, or nil: with it, waits follow its wait
+	// Grp is the group segment, or nil: with it, waits follow its wait
 	// policy (spin a bounded time, then sleep on this rank's bell) instead
 	// of the backoff's yields and timers.
 	// Set once at connect, read by tcp reader goroutines (poke).
@@ -113,11 +113,13 @@ func (c *Ctl) pumpAll() bool {
 	return p
 }
 
+// NewCtl returns the shared state for the links of one engine (or one
+// rank of an InmemMesh): not stopped, Fatal reporting nothing.
 func NewCtl() *Ctl {
 	return &Ctl{Stop: make(chan struct{}), notify: make(chan struct{}, 1), Fatal: func() error { return nil }}
 }
 
-// poke wakes the progress goroutine if it waits on notify.
+// Poke wakes the progress goroutine if it waits on notify.
 func (c *Ctl) Poke() {
 	select {
 	case c.notify <- struct{}{}:
@@ -212,7 +214,7 @@ func (b *backoff) reset() {
 	b.pc.settle()
 }
 
-// noticeLink is a link that can carry notices (every link but the nil one
+// NoticeLink is a link that can carry notices (every link but the nil one
 // at this rank's own index).
 type NoticeLink interface {
 	// notice queues a kindNotice with payload; it returns a channel

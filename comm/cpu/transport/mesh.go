@@ -9,12 +9,12 @@ import (
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
 )
 
-// opCtx is the op a mesh is executing.
+// OpCtx is the op a mesh is executing.
 type OpCtx struct {
-	FP    comm.Fingerprint
-	DType comm.DType
-	Red   comm.ReduceOp
-	Tag   int64
+	FP    comm.Fingerprint // carried by every message, checked on arrival
+	DType comm.DType       // element type Reduce and RecvReduce combine
+	Red   comm.ReduceOp    // the reduction (already ForDType)
+	Tag   int64            // a Send's or Recv's tag (point-to-point ops)
 }
 
 // stashed is a message that arrived before the op that wants it (a Send's
@@ -25,7 +25,7 @@ type stashed struct {
 	data []byte
 }
 
-// mesh implements Mesh over one link per peer for the progress goroutine.
+// Mesh implements Mesh over one link per peer for the progress goroutine.
 type Mesh struct {
 	rank, size int
 	links      []Link // nil at rank
@@ -34,9 +34,9 @@ type Mesh struct {
 	tcps       []*TCPLink // the TCP data links (see wait)
 	stash      [][]stashed
 	dirty      []bool // links sent to since the last Flush
-	Cur        OpCtx
-	anyNext    int // rotates the first peer an any-source Recv polls
-	// grp is the group segment (shm_group.go) or nil; with it the mesh
+	Cur        OpCtx  // the op being executed (Begin)
+	anyNext    int    // rotates the first peer an any-source Recv polls
+	// Grp is the group segment (shm_group.go) or nil; with it the mesh
 	// also offers the slots of the one-step algorithms (mesh_flat.go).
 	Grp *ShmGroup
 	fh  Header // the header of a slot being written or checked
@@ -50,22 +50,27 @@ type Mesh struct {
 	// message (and, in recvColl, on every poll while waiting).
 	sh, rh Header
 
-	// fatal returns the engine's recorded error (a notice from a peer, a
+	// Fatal returns the engine's recorded error (a notice from a peer, a
 	// dead connection) if it concerns the running op, so that waits end
-	// promptly; cause returns it whatever op it struck, to name the cause
+	// promptly; Cause returns it whatever op it struck, to name the cause
 	// of a broken read.
 	Fatal, Cause func() error
-	// closed returns the error recorded when peer told us it destroyed
-	// the group (failure.go), or nil.
+	// Closed returns the error recorded when peer told us it destroyed
+	// the group (comm/cpu/failure.go), or nil.
 	Closed func(peer int) error
-	// late looks for the notice a peer whose connection broke may have
-	// left in the store (failure.go), or returns nil.
+	// Late looks for the notice a peer whose connection broke may have
+	// left in the store (comm/cpu/failure.go), or returns nil.
 	Late func(peer int) error
-	// mismatch records a mismatch (detail: what differs beyond the
+	// Mismatch records a mismatch (detail: what differs beyond the
 	// fingerprints) and notifies every peer.
 	Mismatch func(peer int, got Header, detail string) error
 }
 
+// NewMesh returns rank's mesh of a group of size over links (one per
+// peer, nil at rank), driven by c. Its hooks (Fatal, Cause, Closed, Late,
+// Mismatch) start as a standalone mesh's: no recorded failure, and a
+// mismatch returned as a *comm.MismatchError without telling anyone; an
+// engine replaces them before the first op.
 func NewMesh(rank, size int, links []Link, c *Ctl) *Mesh {
 	m := &Mesh{rank: rank, size: size, links: links, ctl: c,
 		stash: make([][]stashed, size), dirty: make([]bool, size)}
@@ -87,10 +92,13 @@ func NewMesh(rank, size int, links []Link, c *Ctl) *Mesh {
 	return m
 }
 
+// Rank is this member's group rank.
 func (m *Mesh) Rank() int { return m.rank }
+
+// Size is the group size.
 func (m *Mesh) Size() int { return m.size }
 
-// begin sets the op whose messages Send and Recv exchange.
+// Begin sets the op whose messages Send and Recv exchange.
 func (m *Mesh) Begin(o OpCtx) { m.Cur = o }
 
 func (m *Mesh) transportErr(peer int, err error) error {
@@ -123,6 +131,8 @@ func (m *Mesh) transportErr(peer int, err error) error {
 	return &comm.TransportError{Rank: m.rank, Peer: peer, FP: m.Cur.FP, Err: err}
 }
 
+// Send queues buf for peer as message step of the current op; buf must
+// not change until Flush returns.
 func (m *Mesh) Send(peer, step int, buf []byte) error {
 	m.sh = Header{Kind: kindColl, Sender: m.rank, FP: m.Cur.FP, Step: uint32(step), Len: uint64(len(buf))}
 	m.dirty[peer] = true
@@ -132,6 +142,7 @@ func (m *Mesh) Send(peer, step int, buf []byte) error {
 	return nil
 }
 
+// Flush blocks until every queued send has left its buffer.
 func (m *Mesh) Flush() error {
 	for p, d := range m.dirty {
 		if !d {
@@ -145,14 +156,18 @@ func (m *Mesh) Flush() error {
 	return nil
 }
 
+// Recv blocks until message step of the current op arrives from peer and
+// copies it into dst; a message of another op or length is a mismatch.
 func (m *Mesh) Recv(peer, step int, dst []byte) error {
 	return m.recvColl(peer, step, len(dst), sink{dst: dst})
 }
 
+// Reduce combines src into dst with the current op's reduction.
 func (m *Mesh) Reduce(dst, src []byte) error {
 	return kernel.Reduce(dst, src, m.Cur.DType, m.Cur.Red)
 }
 
+// RecvReduce is Recv that reduces the message into dst as it streams in.
 func (m *Mesh) RecvReduce(peer, step int, dst []byte) error {
 	return m.recvColl(peer, step, len(dst), sink{dst: dst, reduce: true, dt: m.Cur.DType, red: m.Cur.Red})
 }

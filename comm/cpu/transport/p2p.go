@@ -11,7 +11,7 @@ import "github.com/ranktree/ranktree/comm"
 // the shm ring or the socket); large Sends therefore wait for the receiver
 // to drain the transport (rendezvous semantics, as NCCL).
 
-// sendP2P queues a Send's payload with its tag.
+// SendP2P queues a Send's payload with its tag.
 func (m *Mesh) SendP2P(peer int, buf []byte) error {
 	h := Header{Kind: kindP2P, Sender: m.rank, FP: m.Cur.FP, Tag: m.Cur.Tag, Len: uint64(len(buf))}
 	m.dirty[peer] = true
@@ -21,7 +21,7 @@ func (m *Mesh) SendP2P(peer int, buf []byte) error {
 	return nil
 }
 
-// recvP2P receives a Send with the current op's tag from peer (or from
+// RecvP2P receives a Send with the current op's tag from peer (or from
 // any peer with comm.AnySource) into dst and returns the sender.
 func (m *Mesh) RecvP2P(peer int, dst []byte) (int, error) {
 	match := func(p int, h Header) (bool, error) {

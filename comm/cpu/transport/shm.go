@@ -48,15 +48,15 @@ type shmRing struct {
 
 func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
 
-// shmLink is a link whose data moves through two shm rings; its control
+// ShmLink is a link whose data moves through two shm rings; its control
 // connection (a control-only tcpLink) carries mismatch notices and tells
 // when the peer process died. Small sends are copied into the ring by the
 // caller; what does not fit is finished by a writer goroutine, so sends
 // never wait for the peer to receive. The receiver spins (with backoff) on
 // the ring's tail and reduces straight out of the shared pages.
 type ShmLink struct {
-	Path string
-	Mem  []byte
+	Path string // the segment's file ("" for Go memory)
+	Mem  []byte // the mapped segment: shmDataOff control bytes, then both rings
 	tx   shmRing
 	rx   shmRing
 
@@ -96,7 +96,7 @@ func randomName() string {
 	return hex.EncodeToString(b[:])
 }
 
-// createShm creates and maps a new segment with two rings of ringBytes.
+// CreateShm creates and maps a new segment with two rings of ringBytes.
 func CreateShm(dir string, ringBytes int) (*ShmLink, error) {
 	path := filepath.Join(dir, fmt.Sprintf("ranktree-%d-%s", os.Getpid(), randomName()))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -117,7 +117,7 @@ func CreateShm(dir string, ringBytes int) (*ShmLink, error) {
 	return s, nil
 }
 
-// openShm maps the segment a lower rank created.
+// OpenShm maps the segment a lower rank created.
 func OpenShm(path string, ringBytes int, creator bool) (*ShmLink, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -151,7 +151,7 @@ func mapShm(f *os.File, path string, size, ringBytes int, creator bool) (*ShmLin
 	return s, nil
 }
 
-// ringsOver lays the two rings of a pair over mem (shmDataOff +
+// RingsOver lays the two rings of a pair over mem (shmDataOff +
 // 2·ringBytes bytes, 8-byte aligned): the lower rank passes creator true.
 func RingsOver(mem []byte, ringBytes int, creator bool) *ShmLink {
 	u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
@@ -191,15 +191,17 @@ type control interface {
 	Close()
 }
 
-// start attaches the link to its peer.
+// Start attaches the link to its peer.
 func (s *ShmLink) Start(peer int, c *Ctl, ctrl control) {
 	s.peer, s.ctl, s.ctrl = peer, c, ctrl
 }
 
 func (s *ShmLink) spins() bool { return true }
 
+// Unlink removes the segment's file (once both ranks mapped it).
 func (s *ShmLink) Unlink() { _ = os.Remove(s.Path) }
 
+// Unmap unmaps the segment, once no goroutine uses the link.
 func (s *ShmLink) Unmap() {
 	if s.Path == "" {
 		return // Go memory (inmem transport)
@@ -207,15 +209,19 @@ func (s *ShmLink) Unmap() {
 	s.unmapOnce.Do(func() { _ = syscall.Munmap(s.Mem) })
 }
 
+// Close closes the link's control side (the peer sees it as gone).
 func (s *ShmLink) Close() {
 	if s.ctrl != nil {
 		s.ctrl.Close()
 	}
 }
 
+// Notice implements NoticeLink through the control side.
 func (s *ShmLink) Notice(payload []byte) <-chan struct{} { return s.ctrl.Notice(payload) }
 func (s *ShmLink) ack()                                  { s.ctrl.ack() }
-func (s *ShmLink) Up() bool                              { return s.ctrl.Up() }
+
+// Up implements NoticeLink.
+func (s *ShmLink) Up() bool { return s.ctrl.Up() }
 
 // peerErr is the control connection's error (peer died), or nil.
 func (s *ShmLink) peerErr() error { return s.ctrl.readErr() }

@@ -19,7 +19,7 @@ import (
 // ranks that all live on one host (every link shm), created by group rank
 // 0 at rendezvous, mapped by every member (MAP_POPULATE: pre-faulted) and
 // unlinked once all did. It holds, per rank, the slots of the one-step
-// ("flat") algorithms (allreduce_flat.go) and the doorbell its waits sleep
+// ("flat") algorithms (comm/cpu/allreduce_flat.go) and the doorbell its waits sleep
 // on. Layout:
 //
 //	0     magic u64 | 8 ranks u64 | 16 slot bytes u64        (one page)
@@ -57,10 +57,10 @@ type flatRank struct {
 	slot           [2][]byte // header + payload
 }
 
-// shmGroup is this rank's view of the group segment. Only the progress
+// ShmGroup is this rank's view of the group segment. Only the progress
 // goroutine uses k and the slots; wake may be called from any goroutine.
 type ShmGroup struct {
-	Path       string
+	Path       string // the segment's file ("" for Go memory)
 	mem        []byte
 	rank, size int
 	slotBytes  int
@@ -72,7 +72,7 @@ type ShmGroup struct {
 	// blocks when it may not spin (oversubscribed; 0: never).
 	Yield time.Duration
 	// futex is set when the waits of this rank follow the policy below
-	// (the group spans processes, Engine.attachGroup); otherwise they use
+	// (the group spans processes, cpu.Engine.attachGroup); otherwise they use
 	// link.go's backoff and wake through the pair links.
 	Futex bool
 	// k is the number of flat ops this rank has published.
@@ -86,7 +86,7 @@ type ShmGroup struct {
 	unmapped bool
 }
 
-// groupOver lays the group segment of n ranks with slots of slot bytes
+// GroupOver lays the group segment of n ranks with slots of slot bytes
 // over mem, as seen by rank.
 func GroupOver(mem []byte, n, slot, rank int) *ShmGroup {
 	g := &ShmGroup{mem: mem, rank: rank, size: n, slotBytes: slot, r: make([]flatRank, n)}
@@ -103,7 +103,7 @@ func GroupOver(mem []byte, n, slot, rank int) *ShmGroup {
 	return g
 }
 
-// createGroupShm creates, maps and stamps the group segment (group rank 0).
+// CreateGroupShm creates, maps and stamps the group segment (group rank 0).
 func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 	path := filepath.Join(dir, fmt.Sprintf("ranktree-%d-%s-grp", os.Getpid(), randomName()))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -130,7 +130,7 @@ func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 	return g, nil
 }
 
-// openGroupShm maps the group segment rank 0 created and checks that it
+// OpenGroupShm maps the group segment rank 0 created and checks that it
 // was made for n ranks and slots of slot bytes.
 func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
@@ -161,8 +161,11 @@ func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
 	return g, nil
 }
 
+// Unlink removes the segment's file (once every rank mapped it).
 func (g *ShmGroup) Unlink() { _ = os.Remove(g.Path) }
 
+// Unmap unmaps the segment (or gives Go memory back to its hub), once
+// no goroutine uses it.
 func (g *ShmGroup) Unmap() {
 	if g.Path == "" {
 		if g.Release != nil {
@@ -322,7 +325,7 @@ func (p *pace) settle() {
 	p.start = time.Time{}
 }
 
-// affinityCPUs lists the CPUs this thread may run on (sched_getaffinity),
+// AffinityCPUs lists the CPUs this thread may run on (sched_getaffinity),
 // or nil if unknown.
 func AffinityCPUs() []int {
 	var set unix.CPUSet
@@ -338,7 +341,7 @@ func AffinityCPUs() []int {
 	return cpus
 }
 
-// spinBudget is how long a rank of a group of n spins before it sleeps,
+// SpinBudget is how long a rank of a group of n spins before it sleeps,
 // given the CPUs each rank may run on: 0 when the ranks outnumber the
 // CPUs of the union of their affinity masks, or when a mask is unknown.
 func SpinBudget(n int, masks [][]int) time.Duration {

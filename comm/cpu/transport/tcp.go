@@ -37,8 +37,8 @@ const (
 	tcpParkMax = 200 * time.Microsecond
 )
 
-// tcpLink is a link over one TCP connection (TCP_NODELAY), authenticated at
-// setup (see rendezvous.go). A reader goroutine parses headers and hands
+// TCPLink is a link over one TCP connection (TCP_NODELAY), authenticated at
+// setup (see comm/cpu/rendezvous.go). A reader goroutine parses headers and hands
 // messages to the progress goroutine; a writer goroutine drains queued
 // sends, so that a rank can send a large chunk while it receives one (as
 // Gloo's tcp::Pair does with its event loop). With data false the link
@@ -91,6 +91,9 @@ type tcpJob struct {
 	written chan struct{} // if not nil, closed once the writer has written it
 }
 
+// NewTCPLink wraps an authenticated connection to peer (br reads it,
+// holding what the handshake buffered) and starts its reader and writer
+// goroutines; with data false it carries notices and liveness only.
 func NewTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *Ctl, data bool) *TCPLink {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
@@ -427,7 +430,7 @@ func (l *TCPLink) flush() error {
 	return nil
 }
 
-// notice queues a kindNotice carrying payload (failure.go) for the
+// Notice queues a kindNotice carrying payload (comm/cpu/failure.go) for the
 // writer goroutine, so that the caller never blocks on the socket; it
 // returns a channel closed once the notice is written, or nil if the
 // connection is down.
@@ -440,7 +443,7 @@ func (l *TCPLink) ack() {
 	l.enqueue(&Header{Kind: kindAck, FP: comm.Fingerprint{Op: comm.OpBarrier}}, nil)
 }
 
-// up reports whether neither direction of the connection has failed.
+// Up reports whether neither direction of the connection has failed.
 func (l *TCPLink) Up() bool {
 	return l.readErr() == nil && l.werr.Load() == nil && !l.ctl.Stopped.Load()
 }
@@ -469,6 +472,8 @@ func (l *TCPLink) wakePeer() {
 	_ = l.send(&h, nil)
 }
 
+// Close closes the connection; blocked calls return ErrStopped or a read
+// error. Idempotent.
 func (l *TCPLink) Close() {
 	l.closeOnce.Do(func() { _ = l.conn.Close() })
 }
