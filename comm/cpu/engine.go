@@ -32,7 +32,7 @@ type Engine struct {
 	links []transport.Link
 	shms  []*transport.ShmLink
 	// grp is the group segment when every rank is on this host over shm
-	// and the group has at most maxFlatRanks (shm_group.go), else nil.
+	// and the group has at most transport.MaxFlatRanks (transport/shm_group.go), else nil.
 	grp *transport.ShmGroup
 	// inCoalesced is set while the children of a Coalesced op run: they
 	// take the message-based algorithms only (allreduce_flat.go).

@@ -616,7 +616,7 @@ func TestFaultHang(t *testing.T) {
 // TestShmHeaderAcrossWrap: a message whose header straddles the end of a
 // ring, followed by more payload than the ring holds. The sender must not
 // wait for ring space behind a partial header, which the receiver cannot
-// consume (a deadlock the slot rule of shm.go once had).
+// consume (a deadlock the slot rule of transport/shm.go once had).
 func TestShmHeaderAcrossWrap(t *testing.T) {
 	const ring = 16 << 10
 	for _, tr := range []string{TransportSHM, TransportInmem} {

@@ -264,7 +264,7 @@ func (e *Engine) allReduce(op *comm.Op) error {
 // (every rank on this host over shm, 2..8 ranks), nbytes is at most
 // Options.FlatThreshold and below Options.RingThreshold, and the op is
 // not a child of a Coalesced op (whose children share one seq, which the
-// mismatch checks of mesh_flat.go order ops by). Every input is in the
+// mismatch checks of transport/mesh_flat.go order ops by). Every input is in the
 // fingerprint or the same on every rank, so every rank that launched the
 // same op chooses alike.
 func (e *Engine) useFlat(nbytes int) bool {

@@ -72,7 +72,7 @@ type Options struct {
 	// segment (2·FlatThreshold + 4 KiB per rank). Default 32 KiB, chosen by
 	// measurement (docs/algorithms.md); negative disables the flat
 	// algorithms and the group segment (then waits fall back to the
-	// sched_yield and timer backoff of link.go). All ranks must use the
+	// sched_yield and timer backoff of transport/link.go). All ranks must use the
 	// same value.
 	FlatThreshold int
 }

@@ -34,7 +34,7 @@ type peerInfo struct {
 	Addr string `json:"addr"`
 	Host string `json:"host"`
 	PID  int    `json:"pid"`
-	// CPUs is the rank's CPU affinity, for the wait policy (shm_group.go).
+	// CPUs is the rank's CPU affinity, for the wait policy (transport/shm_group.go).
 	CPUs []int `json:"cpus,omitempty"`
 }
 
@@ -109,7 +109,7 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 		}
 	}
 	// A group whose every rank is on this host over shm gets a group
-	// segment (shm_group.go), which group rank 0 creates and hands to
+	// segment (transport/shm_group.go), which group rank 0 creates and hands to
 	// every rank in the handshake. Every rank decides alike from infos.
 	flat := e.opts.FlatThreshold > 0 && e.cfg.Size <= transport.MaxFlatRanks && e.opts.Transport != TransportTCP
 	masks := make([][]int, e.cfg.Size)
@@ -185,9 +185,9 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 }
 
 // attachGroup makes the group segment the doorbell of every wait
-// (shm_group.go) once the links are up, when the group spans processes.
+// (transport/shm_group.go) once the links are up, when the group spans processes.
 // A group whose ranks are all goroutines of this process (tests, the
-// inmem transport) keeps the backoff of link.go, which yields to the Go
+// inmem transport) keeps the backoff of transport/link.go, which yields to the Go
 // scheduler: a thread blocked in FUTEX_WAIT keeps its P until sysmon
 // takes it back (20 µs to 10 ms), while the peer it waits for may be a
 // goroutine queued on that very P.

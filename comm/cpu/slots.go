@@ -2,7 +2,7 @@ package cpu
 
 // Slots is what a one-step shared-memory algorithm sees of the group (the
 // counterpart of Mesh for Open MPI's coll/sm and MPICH's release-gather):
-// one slot per rank in the group segment (shm_group.go), written by its
+// one slot per rank in the group segment (transport/shm_group.go), written by its
 // rank and read in place by every other. Each one-step op publishes every
 // rank's slot, even one with nothing to contribute (a broadcast's
 // non-roots publish an empty one), and every rank reads every slot's
