@@ -57,14 +57,11 @@ type accepted struct {
 // connect runs the rendezvous and returns one link per peer (nil at this
 // rank). Lower ranks accept, higher ranks dial.
 func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
-	links := make([]transport.Link, e.cfg.Size)
 	if e.cfg.Size == 1 {
-		return links, nil
+		return make([]transport.Link, 1), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	st := e.cfg.Store
-
 	secret, err := e.secret(ctx)
 	if err != nil {
 		return nil, err
@@ -74,7 +71,36 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 		return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("listen: %w", err)}
 	}
 	e.ln = ln
-	port := ln.Addr().(*net.TCPAddr).Port
+	infos, err := e.exchangeInfos(ctx, ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		return nil, err
+	}
+	useShm, err := e.shmPolicy(infos)
+	if err != nil {
+		return nil, err
+	}
+	flat, err := e.createGroup(infos)
+	if err != nil {
+		return nil, err
+	}
+	if e.grp != nil {
+		defer e.grp.Unlink() // every peer mapped it once connect returns
+	}
+	links, err := e.linkAll(ctx, ln, secret, infos, useShm)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.finishShm(links, infos, flat); err != nil {
+		e.closeLinks(links)
+		return nil, err
+	}
+	return links, nil
+}
+
+// exchangeInfos publishes this rank's address (port on AdvertiseHost),
+// host, pid and CPU affinity, and reads every rank's.
+func (e *Engine) exchangeInfos(ctx context.Context, port int) ([]peerInfo, error) {
+	st := e.cfg.Store
 	me := peerInfo{Addr: net.JoinHostPort(e.opts.AdvertiseHost, strconv.Itoa(port)), Host: e.opts.HostID, PID: os.Getpid(), CPUs: transport.AffinityCPUs()}
 	b, _ := json.Marshal(me)
 	if err := st.Set(ctx, e.rankKey(e.cfg.Rank), b); err != nil {
@@ -90,6 +116,13 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: r, Err: fmt.Errorf("rendezvous: bad address record of rank %d: %w", r, err)}
 		}
 	}
+	return infos, nil
+}
+
+// shmPolicy returns whether the link to a peer uses shm (Transport, and
+// whether the peer is on this host); it fails for Transport "shm" with a
+// peer on another host.
+func (e *Engine) shmPolicy(infos []peerInfo) (func(peer int) (bool, error), error) {
 	useShm := func(peer int) (bool, error) {
 		same := infos[peer].Host == e.opts.HostID
 		switch e.opts.Transport {
@@ -108,28 +141,34 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 			return nil, err
 		}
 	}
-	// A group whose every rank is on this host over shm gets a group
-	// segment (transport/shm_group.go), which group rank 0 creates and hands to
-	// every rank in the handshake. Every rank decides alike from infos.
+	return useShm, nil
+}
+
+// createGroup reports whether the group gets a group segment
+// (transport/shm_group.go): every rank on this host over shm, at most
+// transport.MaxFlatRanks of them. Group rank 0 creates it (e.grp) and
+// hands it to every rank in the handshake. Every rank decides alike from
+// infos.
+func (e *Engine) createGroup(infos []peerInfo) (bool, error) {
 	flat := e.opts.FlatThreshold > 0 && e.cfg.Size <= transport.MaxFlatRanks && e.opts.Transport != TransportTCP
-	masks := make([][]int, e.cfg.Size)
 	for r := range e.cfg.Size {
 		flat = flat && infos[r].Host == e.opts.HostID
-		masks[r] = infos[r].CPUs
 	}
 	if flat && e.cfg.Rank == 0 {
 		g, err := transport.CreateGroupShm(e.opts.ShmDir, e.cfg.Size, e.opts.FlatThreshold)
 		if err != nil {
-			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("creating the group shm segment: %w", err)}
+			return false, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("creating the group shm segment: %w", err)}
 		}
 		e.grp = g
-		defer g.Unlink() // every peer mapped it once connect returns
 	}
+	return flat, nil
+}
 
+// linkAll dials every lower rank and accepts every higher one.
+func (e *Engine) linkAll(ctx context.Context, ln net.Listener, secret []byte, infos []peerInfo, useShm func(int) (bool, error)) ([]transport.Link, error) {
+	links := make([]transport.Link, e.cfg.Size)
 	acc := make(chan accepted, e.cfg.Size)
 	go e.acceptLoop(ln, secret, useShm, acc)
-
-	// Dial every lower rank.
 	for r := 0; r < e.cfg.Rank; r++ {
 		l, err := e.dial(ctx, r, infos[r].Addr, secret)
 		if err != nil {
@@ -138,7 +177,6 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 		}
 		links[r] = l
 	}
-	// Wait for every higher rank.
 	for missing := e.cfg.Size - 1 - e.cfg.Rank; missing > 0; missing-- {
 		select {
 		case a := <-acc:
@@ -159,6 +197,12 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: first, Err: fmt.Errorf("rendezvous: rank %d did not connect: %w", first, ctx.Err())}
 		}
 	}
+	return links, nil
+}
+
+// finishShm registers the shm links with the engine's Ctl and sets the
+// group segment's wait policy from every rank's CPU affinity.
+func (e *Engine) finishShm(links []transport.Link, infos []peerInfo, flat bool) error {
 	for p, l := range links {
 		if s, ok := l.(*transport.ShmLink); ok {
 			e.shms = append(e.shms, s)
@@ -168,20 +212,24 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 			}
 		}
 	}
-	if flat {
-		if e.grp == nil {
-			e.closeLinks(links)
-			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: 0, Err: errors.New("rendezvous: rank 0 sent no group shm segment")}
-		}
-		e.grp.Spin = transport.SpinBudget(e.cfg.Size, masks)
-		if e.grp.Spin == 0 {
-			e.grp.Yield = transport.SpinFor
-		}
-		if e.ctl.YieldOS {
-			e.attachGroup()
-		}
+	if !flat {
+		return nil
 	}
-	return links, nil
+	if e.grp == nil {
+		return &comm.TransportError{Rank: e.cfg.Rank, Peer: 0, Err: errors.New("rendezvous: rank 0 sent no group shm segment")}
+	}
+	masks := make([][]int, e.cfg.Size)
+	for r := range e.cfg.Size {
+		masks[r] = infos[r].CPUs
+	}
+	e.grp.Spin = transport.SpinBudget(e.cfg.Size, masks)
+	if e.grp.Spin == 0 {
+		e.grp.Yield = transport.SpinFor
+	}
+	if e.ctl.YieldOS {
+		e.attachGroup()
+	}
+	return nil
 }
 
 // attachGroup makes the group segment the doorbell of every wait
@@ -191,13 +239,7 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 // scheduler: a thread blocked in FUTEX_WAIT keeps its P until sysmon
 // takes it back (20 µs to 10 ms), while the peer it waits for may be a
 // goroutine queued on that very P.
-func (e *Engine) attachGroup() {
-	e.grp.Futex = true
-	e.ctl.Grp.Store(e.grp)
-	for _, s := range e.ctl.Pumps {
-		s.Grp = e.grp
-	}
-}
+func (e *Engine) attachGroup() { e.ctl.UseDoorbell(e.grp) }
 
 func (e *Engine) closeLinks(links []transport.Link) {
 	for _, l := range links {

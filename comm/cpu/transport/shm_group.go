@@ -359,3 +359,18 @@ func SpinBudget(n int, masks [][]int) time.Duration {
 	}
 	return SpinFor
 }
+
+// UseDoorbell makes g the doorbell of every wait of c's links (the wait
+// policy above: spin or yield a bounded time, then FUTEX_WAIT on this
+// rank's bell) and makes the shm links ring the peers' bells instead of
+// writing to their control connections. Call it once the links are up
+// (c.Pumps complete) and before the first op, when the group's ranks are
+// in several processes; ranks that are goroutines of one process keep
+// the backoff of link.go, which yields to the Go scheduler.
+func (c *Ctl) UseDoorbell(g *ShmGroup) {
+	g.Futex = true
+	c.Grp.Store(g)
+	for _, s := range c.Pumps {
+		s.Grp = g
+	}
+}
