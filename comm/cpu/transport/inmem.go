@@ -97,16 +97,22 @@ func (c *inmemCtrl) Up() bool {
 
 func (c *inmemCtrl) wakePeer() { c.pair.ends[1-c.side].poke() }
 
+// Close closes this end and wakes the peer; the hub forgets the pair once
+// no end is live (both closed, or the peer never attached: a member that
+// gave up waiting for it).
 func (c *inmemCtrl) Close() {
 	if c.pair.ends[c.side].closed.Swap(true) {
 		return
 	}
-	c.pair.ends[1-c.side].poke()
 	c.hub.mu.Lock()
-	if c.pair.ends[1-c.side].closed.Load() && c.hub.pairs[c.key] == c.pair {
+	peer := c.pair.ends[1-c.side]
+	if (peer == nil || peer.closed.Load()) && c.hub.pairs[c.key] == c.pair {
 		delete(c.hub.pairs, c.key)
 	}
 	c.hub.mu.Unlock()
+	if peer != nil {
+		peer.poke()
+	}
 }
 
 // attach registers end as rank's side of its pair with peer and returns the
