@@ -56,7 +56,7 @@ func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
 // the ring's tail and reduces straight out of the shared pages.
 type ShmLink struct {
 	Path string // the segment's file ("" for Go memory)
-	Mem  []byte // the mapped segment: shmDataOff control bytes, then both rings
+	mem  []byte // the mapped segment: shmDataOff control bytes, then both rings
 	tx   shmRing
 	rx   shmRing
 
@@ -159,7 +159,7 @@ func RingsOver(mem []byte, ringBytes int, creator bool) *ShmLink {
 	r0 := shmRing{tail: u64(0), head: u64(128), data: mem[shmDataOff : shmDataOff+ringBytes], size: R}
 	r1 := shmRing{tail: u64(256), head: u64(384), data: mem[shmDataOff+ringBytes : shmDataOff+2*ringBytes], size: R}
 	u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
-	s := &ShmLink{Mem: mem}
+	s := &ShmLink{mem: mem}
 	if creator {
 		s.tx, s.rx = r0, r1
 		s.mySleep, s.peerSleep = u32(512), u32(640)
@@ -206,7 +206,7 @@ func (s *ShmLink) Unmap() {
 	if s.Path == "" {
 		return // Go memory (inmem transport)
 	}
-	s.unmapOnce.Do(func() { _ = syscall.Munmap(s.Mem) })
+	s.unmapOnce.Do(func() { _ = syscall.Munmap(s.mem) })
 }
 
 // Close closes the link's control side (the peer sees it as gone).
