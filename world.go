@@ -169,15 +169,16 @@ type supervisedLauncher struct {
 }
 
 // Submit implements comm.Launcher. Once a restart has replaced this
-// communicator, w fails with an error wrapping comm.ErrAborted that says so.
-func (l *supervisedLauncher) Submit(op *comm.Op, w *comm.Work) {
+// communicator, p fails with an error wrapping comm.ErrAborted that says so.
+func (l *supervisedLauncher) Submit(op *comm.Op, p *comm.Promise) {
 	if e := l.retired.Load(); e != nil {
-		w.Complete(e)
+		p.Complete(e)
 		return
 	}
+	w := p.Work()
 	if l.blocking && op.Timeout > 0 {
 		shape, timeout := op.FP, op.Timeout // the identity comes from the communicator (Work.Fingerprint)
-		w.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
+		p.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
 			fp := w.Fingerprint()
 			if fp.Seq == 0 { // not scheduled yet: name its shape
 				fp = shape
@@ -186,7 +187,7 @@ func (l *supervisedLauncher) Submit(op *comm.Op, w *comm.Work) {
 		})
 	}
 	l.last.Store(w)
-	l.Communicator.Submit(op, w)
+	l.Communicator.Submit(op, p)
 }
 
 // Close implements comm.Launcher (ProcessGroup.Destroy): it gives in-flight

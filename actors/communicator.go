@@ -38,27 +38,28 @@ import (
 // actor's goroutine, after the op's sequence number and fingerprint are set
 // and before Backend.Launch. The watchdog (deadline registration), the
 // flight recorder ("scheduled" entries) and the event publisher implement
-// it. Scheduled must return quickly and must not block on w; it may watch
-// w.Done() from another goroutine. c10d: the work-enqueue hooks of
+// it. Scheduled must return quickly and must not block on the op's Work;
+// it may watch p.Work().Done() from another goroutine, and complete p (the
+// watchdog fails it at its deadline). c10d: the work-enqueue hooks of
 // ProcessGroupNCCL (flight recorder record, watchdog work list).
 type Observer interface {
-	Scheduled(op *comm.Op, w *comm.Work)
+	Scheduled(op *comm.Op, p *comm.Promise)
 }
 
 // ObserverFunc adapts a function to Observer.
-type ObserverFunc func(op *comm.Op, w *comm.Work)
+type ObserverFunc func(op *comm.Op, p *comm.Promise)
 
 // Scheduled calls f.
-func (f ObserverFunc) Scheduled(op *comm.Op, w *comm.Work) { f(op, w) }
+func (f ObserverFunc) Scheduled(op *comm.Op, p *comm.Promise) { f(op, p) }
 
 // Observers fans Scheduled out to each non-nil observer, in order.
 type Observers []Observer
 
 // Scheduled calls every observer.
-func (os Observers) Scheduled(op *comm.Op, w *comm.Work) {
+func (os Observers) Scheduled(op *comm.Op, p *comm.Promise) {
 	for _, o := range os {
 		if o != nil {
-			o.Scheduled(op, w)
+			o.Scheduled(op, p)
 		}
 	}
 }
@@ -143,7 +144,7 @@ type Communicator struct {
 // leaves its message to the supervisor's failure report and the GC).
 type launchMsg struct {
 	op *comm.Op
-	w  *comm.Work
+	p  *comm.Promise
 }
 
 var launchMsgs = sync.Pool{New: func() any { return new(launchMsg) }}
@@ -206,21 +207,21 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 }
 
 // Submit posts op to the actor's mailbox (comm.Launcher). After Close, or
-// once the actor's supervisor has stopped it, w fails with comm.ErrClosed.
-func (c *Communicator) Submit(op *comm.Op, w *comm.Work) {
+// once the actor's supervisor has stopped it, p fails with comm.ErrClosed.
+func (c *Communicator) Submit(op *comm.Op, p *comm.Promise) {
 	c.senders.Add(1)
 	if c.closed.Load() {
 		c.senders.Add(-1)
-		w.Complete(fmt.Errorf("%w: communicator of group %q is closed (%v)", comm.ErrClosed, c.group, op.Type))
+		p.Complete(fmt.Errorf("%w: communicator of group %q is closed (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
 	if c.state.stopped.Load() {
 		c.senders.Add(-1)
-		w.Complete(fmt.Errorf("%w: the communicator actor of group %q was stopped by its supervisor (%v)", comm.ErrClosed, c.group, op.Type))
+		p.Complete(fmt.Errorf("%w: the communicator actor of group %q was stopped by its supervisor (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
 	m := launchMsgs.Get().(*launchMsg)
-	m.op, m.w = op, w
+	m.op, m.p = op, p
 	c.system.Root.Send(c.pid, m)
 	c.senders.Add(-1)
 }
@@ -321,7 +322,7 @@ func (c *Communicator) Stopped() bool { return c.state.stopped.Load() }
 func (a *commActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *launchMsg:
-		a.launch(m.op, m.w)
+		a.launch(m.op, m.p)
 		*m = launchMsg{}
 		launchMsgs.Put(m)
 	case *stopMsg:
@@ -335,9 +336,9 @@ func (a *commActor) Receive(ctx actor.Context) {
 // observer and launches on the engine. A panic on the way (engine or
 // observer) fails the op's Work with an *EngineError naming it, then goes
 // on to the actor's supervisor as a *Panic (see CommunicatorConfig.Parent).
-func (a *commActor) launch(op *comm.Op, w *comm.Work) {
+func (a *commActor) launch(op *comm.Op, pr *comm.Promise) {
 	if a.dead.Load() {
-		w.Complete(fmt.Errorf("%w: communicator of group %q was closed while its engine was stuck (%v)", comm.ErrClosed, a.group, op.Type))
+		pr.Complete(fmt.Errorf("%w: communicator of group %q was closed while its engine was stuck (%v)", comm.ErrClosed, a.group, op.Type))
 		return
 	}
 	defer func() {
@@ -351,7 +352,7 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 			if a.onPanic != nil {
 				a.onPanic(p)
 			}
-			w.Complete(ee)
+			pr.Complete(ee)
 			panic(p)
 		}
 	}()
@@ -365,11 +366,11 @@ func (a *commActor) launch(op *comm.Op, w *comm.Work) {
 	for _, ch := range op.Children {
 		ch.FP.Group, ch.FP.Epoch, ch.FP.Seq = a.hash, a.epoch, seq
 	}
-	w.SetFingerprint(op.FP)
+	pr.SetFingerprint(op.FP)
 	if a.observer != nil {
-		a.observer.Scheduled(op, w)
+		a.observer.Scheduled(op, pr)
 	}
-	a.backend.Launch(op, w)
+	a.backend.Launch(op, pr)
 }
 
 var _ comm.Launcher = (*Communicator)(nil)

@@ -18,13 +18,13 @@ import (
 // that the benchmarks below measure launch-path overhead only.
 type nopBackend struct{}
 
-func (nopBackend) Name() string                     { return "nop" }
-func (nopBackend) Rank() int                        { return 0 }
-func (nopBackend) Size() int                        { return 1 }
-func (nopBackend) Launch(op *comm.Op, w *comm.Work) { w.Complete(nil) }
-func (nopBackend) Abort(error)                      {}
-func (nopBackend) AsyncError() error                { return nil }
-func (nopBackend) Close() error                     { return nil }
+func (nopBackend) Name() string                        { return "nop" }
+func (nopBackend) Rank() int                           { return 0 }
+func (nopBackend) Size() int                           { return 1 }
+func (nopBackend) Launch(op *comm.Op, p *comm.Promise) { p.Complete(nil) }
+func (nopBackend) Abort(error)                         {}
+func (nopBackend) AsyncError() error                   { return nil }
+func (nopBackend) Close() error                        { return nil }
 
 // benchLaunch measures one 4-element float32 all-reduce per iteration,
 // issued and waited for, directly on be and through a ProcessGroup whose
@@ -38,9 +38,9 @@ func benchLaunch(b *testing.B, be comm.Backend) {
 		for i := 0; i < b.N; i++ {
 			op := &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, Root: -1, Peer: -1, In: []comm.Buffer{buf},
 				FP: comm.Fingerprint{Op: comm.OpAllReduce, DType: comm.Float32, RedOp: comm.RedSum, Count: 4, Root: -1, Seq: uint64(i + 1)}}
-			w := comm.NewWork(comm.OpAllReduce)
+			w := comm.NewPromise(comm.OpAllReduce)
 			be.Launch(op, w)
-			if err := w.Wait(ctx); err != nil {
+			if err := w.Work().Wait(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -100,7 +100,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func panicking(seq uint64) *testrank.Recorder {
 	rec := testrank.NewRecorder(0, 2)
-	rec.OnLaunch(func(op *comm.Op, w *comm.Work) {
+	rec.OnLaunch(func(op *comm.Op, p *comm.Promise) {
 		if op.FP.Seq == seq {
 			panic("engine exploded")
 		}
@@ -175,15 +175,15 @@ func TestStoppedByParent(t *testing.T) {
 	if strings.Contains(c.PID().Id, "comm-g") {
 		t.Errorf("a Spawner without SpawnPrefix named the actor %q", c.PID().Id)
 	}
-	w := comm.NewWork(comm.OpBarrier)
-	c.Submit(&comm.Op{Type: comm.OpBarrier}, w)
-	if err := w.Err(); !errors.Is(err, comm.ErrEngine) {
+	p := comm.NewPromise(comm.OpBarrier)
+	c.Submit(&comm.Op{Type: comm.OpBarrier}, p)
+	if err := p.Work().Err(); !errors.Is(err, comm.ErrEngine) {
 		t.Fatalf("panicking op: %v", err)
 	}
 	waitFor(t, "the actor stopped", c.Stopped)
-	w = comm.NewWork(comm.OpBarrier)
-	c.Submit(&comm.Op{Type: comm.OpBarrier}, w)
-	if err := w.Err(); !errors.Is(err, comm.ErrClosed) || !strings.Contains(err.Error(), "supervisor") {
+	p = comm.NewPromise(comm.OpBarrier)
+	c.Submit(&comm.Op{Type: comm.OpBarrier}, p)
+	if err := p.Work().Err(); !errors.Is(err, comm.ErrClosed) || !strings.Contains(err.Error(), "supervisor") {
 		t.Errorf("op after the stop: %v, want ErrClosed naming the supervisor", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

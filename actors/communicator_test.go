@@ -118,12 +118,12 @@ func TestObserverSeesScheduled(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []seen
-	obs := actors.Observers{nil, actors.ObserverFunc(func(op *comm.Op, w *comm.Work) {
+	obs := actors.Observers{nil, actors.ObserverFunc(func(op *comm.Op, p *comm.Promise) {
 		mu.Lock()
-		got = append(got, seen{w.Seq(), len(rec.Ops()), op.FP.Seq})
+		got = append(got, seen{p.Work().Seq(), len(rec.Ops()), op.FP.Seq})
 		mu.Unlock()
 		// The Work carries the op's identity as the actor stamped it.
-		if fp := w.Fingerprint(); fp != op.FP || fp.Group != comm.GroupHash("g") || fp.Epoch != 3 || fp.Op != comm.OpBarrier {
+		if fp := p.Work().Fingerprint(); fp != op.FP || fp.Group != comm.GroupHash("g") || fp.Epoch != 3 || fp.Op != comm.OpBarrier {
 			t.Errorf("Work fingerprint %+v, op's %+v", fp, op.FP)
 		}
 	})}
@@ -150,7 +150,7 @@ func TestObserverSeesScheduled(t *testing.T) {
 func TestEnginePanic(t *testing.T) {
 	ctx := context.Background()
 	rec := testrank.NewRecorder(0, 2)
-	rec.OnLaunch(func(op *comm.Op, w *comm.Work) {
+	rec.OnLaunch(func(op *comm.Op, p *comm.Promise) {
 		if op.FP.Seq == 2 {
 			panic("boom")
 		}
@@ -193,9 +193,9 @@ func TestCommunicatorClose(t *testing.T) {
 	if !rec.Closed() {
 		t.Fatal("backend not closed")
 	}
-	w := comm.NewWork(comm.OpBarrier)
+	w := comm.NewPromise(comm.OpBarrier)
 	c.Submit(&comm.Op{Type: comm.OpBarrier}, w)
-	if err := w.Err(); !errors.Is(err, comm.ErrClosed) {
+	if err := w.Work().Err(); !errors.Is(err, comm.ErrClosed) {
 		t.Fatalf("Submit after Close: %v", err)
 	}
 	if err := c.Close(ctx); err != nil {
@@ -215,7 +215,7 @@ func TestCloseStuckEngine(t *testing.T) {
 			rec := testrank.NewRecorder(0, 2)
 			release := make(chan struct{})
 			entered := make(chan struct{}, 1)
-			rec.OnLaunch(func(op *comm.Op, w *comm.Work) {
+			rec.OnLaunch(func(op *comm.Op, p *comm.Promise) {
 				entered <- struct{}{}
 				<-release
 			})
@@ -223,9 +223,9 @@ func TestCloseStuckEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			go c.Submit(&comm.Op{Type: comm.OpBarrier}, comm.NewWork(comm.OpBarrier))
+			go c.Submit(&comm.Op{Type: comm.OpBarrier}, comm.NewPromise(comm.OpBarrier))
 			<-entered
-			queued := comm.NewWork(comm.OpBarrier)
+			queued := comm.NewPromise(comm.OpBarrier)
 			c.Submit(&comm.Op{Type: comm.OpBarrier}, queued)
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
@@ -243,7 +243,7 @@ func TestCloseStuckEngine(t *testing.T) {
 			close(release)
 			wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer wcancel()
-			if err := queued.Wait(wctx); !errors.Is(err, comm.ErrClosed) {
+			if err := queued.Work().Wait(wctx); !errors.Is(err, comm.ErrClosed) {
 				t.Fatalf("op queued behind the stuck launch: %v, want ErrClosed", err)
 			}
 		})

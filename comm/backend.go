@@ -24,11 +24,13 @@ type Backend interface {
 	Rank() int
 	Size() int
 	// Launch enqueues op on the engine's stream and returns without waiting
-	// for communication. The engine completes w exactly once: nil on
+	// for communication. The engine completes p exactly once: nil on
 	// success, else a typed error (*MismatchError, *TransportError,
 	// *AbortedError, *EngineError ...). op and its buffers stay referenced
-	// until then.
-	Launch(op *Op, w *Work)
+	// until then. The caller has already recorded the op's identity on p
+	// (Promise.SetFingerprint); the engine records its start
+	// (MarkStarted) and a Recv's source (SetSource).
+	Launch(op *Op, p *Promise)
 	// Abort fails every in-flight and later op with an error wrapping
 	// ErrAborted and reason; it returns promptly (the CPU engine unblocks
 	// ops within 100 ms) and is idempotent.

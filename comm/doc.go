@@ -8,13 +8,29 @@
 //
 // A ProcessGroup method (AllReduce, Broadcast, ...) validates its input
 // with c10d's rules and wording, lowers the call to one *Op, and posts it
-// with a fresh *Work to the group's Launcher — the communicator actor of
-// package actors — as one mailbox message. The actor assigns the op the
-// group's next sequence number (Send and Recv, and batches made only of
-// them, use a separate P2P counter), completes the Fingerprint {group,
-// epoch, seq, op, dtype, count, root, shape}, tells its Observer (watchdog, flight
+// with a fresh *Promise to the group's Launcher — the communicator actor of
+// package actors — as one mailbox message; the caller gets the Promise's
+// read-only *Work. The actor assigns the op the group's next sequence
+// number (Send and Recv, and batches made only of them, use a separate P2P
+// counter), records the Fingerprint {group, epoch, seq, op, dtype, count,
+// root, shape} on the Promise, tells its Observer (watchdog, flight
 // recorder, event publisher) and calls Backend.Launch, in mailbox order.
-// The engine completes the Work.
+// The engine completes the Promise, or the watchdog fails it at its
+// deadline.
+//
+// # Work and Promise
+//
+// A *Work is what callers hold: Wait, Done, IsCompleted, IsSuccess, Err,
+// Seq, Fingerprint, OpType, Source, Timings (c10d's Work). It cannot be
+// completed through it, as a context.Context cannot be cancelled through
+// it. Its producer side is the *Promise (NewPromise), as the cancel func
+// is the Context's: Complete, SetFingerprint, SetSeq, SetSource,
+// MarkStarted, SetDeadline, SetSpinWait, SetInline. The runtime, the
+// communicator actor, the engines (Backend.Launch), the watchdog
+// (actors.Observer) and comm hooks hold Promises; no ProcessGroup method
+// returns one. A comm hook or a fake process group may create its own
+// Promise and hand out its Work, as a torch comm hook returns a Future it
+// fulfils. FailedWork gives a Work already complete with an error.
 //
 // # The caller's duties
 //

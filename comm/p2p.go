@@ -156,16 +156,18 @@ func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp, opts ...OpOpt
 		return nil, err
 	}
 	works := make([]*Work, len(ops))
+	promises := make([]*Promise, len(ops))
 	for i, p := range ops {
-		works[i] = NewWork(p.Op)
+		promises[i] = NewPromise(p.Op)
+		works[i] = promises[i].Work()
 	}
 	pg.submitThen(ctx, coalesced(children), opts, func(b *Work) {
-		for i, w := range works {
-			w.SetSeq(b.Seq())
+		for i, p := range promises {
+			p.SetSeq(b.Seq())
 			if ops[i].Op == OpRecv && b.err == nil {
-				w.SetSource(ops[i].Peer)
+				p.SetSource(ops[i].Peer)
 			}
-			w.Complete(b.err)
+			p.Complete(b.err)
 		}
 	})
 	return works, nil

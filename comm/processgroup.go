@@ -17,16 +17,16 @@ import (
 // for ProcessGroupNCCL and ProcessGroupGloo: 10 minutes).
 const DefaultTimeout = 10 * time.Minute
 
-// Launcher takes an op descriptor and its Work to the group's engine. The
-// communicator actor (actors.Communicator) implements it: Submit posts one
-// message to the actor's mailbox, the actor assigns the sequence number
-// (collective or P2P), completes the fingerprint (group hash, epoch, seq)
-// and calls Backend.Launch in mailbox order. Submit never blocks on
-// communication and never fails synchronously: errors complete w.
+// Launcher takes an op descriptor and the Promise of its Work to the
+// group's engine. The communicator actor (actors.Communicator) implements
+// it: Submit posts one message to the actor's mailbox, the actor assigns
+// the sequence number (collective or P2P), completes the fingerprint
+// (group hash, epoch, seq) and calls Backend.Launch in mailbox order. Submit never blocks on
+// communication and never fails synchronously: errors complete p.
 type Launcher interface {
-	// Submit schedules op; the launcher completes w (itself or through the
-	// engine) exactly once. Submit after Close fails w with ErrClosed.
-	Submit(op *Op, w *Work)
+	// Submit schedules op; the launcher completes p (itself or through the
+	// engine) exactly once. Submit after Close fails p with ErrClosed.
+	Submit(op *Op, p *Promise)
 	// Abort aborts the communicator: in-flight and later ops fail with
 	// ErrAborted wrapping reason (ncclCommAbort). Idempotent.
 	Abort(reason error)
@@ -331,7 +331,8 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 	if op.Timeout <= 0 {
 		op.Timeout = pg.Timeout()
 	}
-	w := NewWork(op.Type)
+	p := NewPromise(op.Type)
+	w := p.Work()
 	if then != nil {
 		w.after = func() { then(w) }
 	}
@@ -358,7 +359,7 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 				// The engine then fails the Work with an *AbortedError
 				// wrapping err, unless this Complete comes first.
 				pg.launcher.Abort(err)
-				w.Complete(err)
+				p.Complete(err)
 			})
 			w.after = func() {
 				stop()
@@ -368,6 +369,6 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 			}
 		}
 	}
-	pg.launcher.Submit(op, w)
+	pg.launcher.Submit(op, p)
 	return w
 }

@@ -76,9 +76,9 @@ func FuzzSplitsValidation(f *testing.F) {
 // recordingLauncher records ops and completes them, without an actor.
 type recordingLauncher struct{ ops []*comm.Op }
 
-func (l *recordingLauncher) Submit(op *comm.Op, w *comm.Work) {
+func (l *recordingLauncher) Submit(op *comm.Op, p *comm.Promise) {
 	l.ops = append(l.ops, op)
-	w.Complete(nil)
+	p.Complete(nil)
 }
 func (l *recordingLauncher) Abort(error)                 {}
 func (l *recordingLauncher) Close(context.Context) error { return nil }

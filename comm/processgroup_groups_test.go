@@ -120,7 +120,7 @@ func TestSplit(t *testing.T) {
 	pg, rec, f := newRecorded(t, 1, 4)
 	// rank: color, key  -> rank 0: (0,5) rank 1: (1,2) rank 2: (0,1) rank 3: (1,1)
 	table := []int64{0, 5, 1, 2, 0, 1, 1, 1}
-	rec.OnLaunch(func(op *comm.Op, w *comm.Work) {
+	rec.OnLaunch(func(op *comm.Op, p *comm.Promise) {
 		if op.Type == comm.OpAllGather {
 			s, _ := comm.AsSlice[int64](op.Out[0])
 			copy(s, table)

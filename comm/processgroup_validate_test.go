@@ -214,9 +214,9 @@ func TestObjectValidation(t *testing.T) {
 // nullLauncher counts submissions; for configurations without an actor.
 type nullLauncher struct{ n int }
 
-func (l *nullLauncher) Submit(op *comm.Op, w *comm.Work) { l.n++; w.Complete(nil) }
-func (l *nullLauncher) Abort(error)                      {}
-func (l *nullLauncher) Close(context.Context) error      { return nil }
+func (l *nullLauncher) Submit(op *comm.Op, p *comm.Promise) { l.n++; p.Complete(nil) }
+func (l *nullLauncher) Abort(error)                         {}
+func (l *nullLauncher) Close(context.Context) error         { return nil }
 
 // TestValidationDeviceEngine checks that the NCCL engine refuses host
 // buffers and object collectives.

@@ -8,8 +8,10 @@ import (
 )
 
 // Work is the handle of one asynchronous operation, as c10d's Work: wait
-// for it, poll it, read its error and timings. A Work completes exactly
-// once; later completions are ignored. Safe for concurrent use.
+// for it, poll it, read its error and timings. It is read-only, as a
+// context.Context is: only its Promise, held by whoever runs the op (the
+// communicator actor, the engine, the watchdog, a comm hook), completes
+// it. A Work completes exactly once. Safe for concurrent use.
 type Work struct {
 	op     OpType
 	seq    atomic.Uint64 // published after fp (SetFingerprint)
@@ -45,20 +47,48 @@ type Work struct {
 	opDone <-chan struct{}
 }
 
+// Promise is the producer side of a Work, as a cancel func is to its
+// Context: it completes the Work and records what the engine learns
+// (identity, start time, a Recv's source). It is held by the runtime, the
+// communicator actor, the engines, the watchdog and comm hooks, and never
+// returned by ProcessGroup methods, whose callers get the read-only Work.
+// The Work lives inside the Promise: a Promise costs the one allocation
+// (and done channel) that a Work alone did.
+type Promise struct {
+	w Work
+}
+
+// NewPromise returns a Promise for an incomplete Work of op. The
+// communicator's caller (ProcessGroup) creates one per op and hands it to
+// the Launcher; engines and the watchdog complete it. A comm hook
+// (reducer.CommHook) or a fake process group written by a user may create
+// its own, return p.Work() and complete it when its result is ready, as a
+// torch comm hook returns a Future it fulfils.
+func NewPromise(op OpType) *Promise {
+	p := &Promise{w: Work{op: op, done: make(chan struct{}), created: time.Now()}}
+	p.w.source.Store(-1)
+	return p
+}
+
+// Work is the read-only handle of p's op, to hand to callers. It is the
+// same *Work for every call.
+func (p *Promise) Work() *Work { return &p.w }
+
 // InlineStream is an engine's ordered stream of ops on which a waiter may
 // run its own op (the CPU engine implements it): RunInline runs w's op on
 // the calling goroutine if it is next on the stream and the stream is
-// idle, completing w, and reports whether it did; otherwise it does
-// nothing and returns false at once.
+// idle, completing w through the Promise the engine holds for it, and
+// reports whether it did; otherwise it does nothing and returns false at
+// once.
 type InlineStream interface {
 	RunInline(w *Work) bool
 }
 
 // SetInline tells the Work which stream its op is queued on, so that Wait
-// may run it on the waiting goroutine (see Wait). Engines call it in
+// may run it on the waiting goroutine (see Work.Wait). Engines call it in
 // Launch, before queueing the op; s must be a pointer (storing it does not
 // allocate).
-func (w *Work) SetInline(s InlineStream) { w.inline.Store(s) }
+func (p *Promise) SetInline(s InlineStream) { p.w.inline.Store(s) }
 
 // Timings are a Work's timestamps; zero values mean "not yet".
 type Timings struct {
@@ -67,30 +97,26 @@ type Timings struct {
 	Completed time.Time // when it completed or failed
 }
 
-// NewWork returns an incomplete Work for op. Engines and the communicator
-// actor create Works; callers receive them from ProcessGroup methods.
-func NewWork(op OpType) *Work {
-	w := &Work{op: op, done: make(chan struct{}), created: time.Now()}
-	w.source.Store(-1)
-	return w
-}
-
-// FailedWork returns a Work already completed with err (bad input, closed group).
+// FailedWork returns a Work of op already completed with err (nil: an op
+// that does nothing, as on a non-member). ProcessGroup methods return one
+// for bad input or a destroyed group, and comm hooks for a bucket they
+// cannot reduce. It gives no producer access: nothing can complete the
+// Work again.
 func FailedWork(op OpType, err error) *Work {
-	w := NewWork(op)
-	w.Complete(err)
-	return w
+	p := NewPromise(op)
+	p.Complete(err)
+	return p.Work()
 }
 
 // Wait blocks until the Work completes or ctx ends, and returns the Work's
 // error (nil on success) or ctx's error. Wait's ctx bounds only the wait:
 // it does not cancel the op, which stays in flight under the watchdog (the
 // ctx given to the op's ProcessGroup method is the one that bounds the op). With blocking wait
-// (SetDeadline) Wait also returns the deadline's error, typically a
+// (Promise.SetDeadline) Wait also returns the deadline's error, typically a
 // *TimeoutError, once the deadline passes. c10d: Work.wait().
 //
 // Fewer hand-offs: if the op is still queued on an idle engine stream
-// (SetInline) and nothing could end this Wait before the op ends (no
+// (Promise.SetInline) and nothing could end this Wait before the op ends (no
 // blocking-wait deadline, and ctx is either never done or, without a
 // deadline, the very ctx given to the op's method, whose cancellation
 // aborts the op), Wait runs the op itself on the calling goroutine
@@ -145,25 +171,25 @@ func (w *Work) inlineWait(ctx context.Context) bool {
 	return !has
 }
 
-// SetDeadline turns on blocking wait for this Work (c10d
-// TORCH_NCCL_BLOCKING_WAIT): once deadline passes, Wait returns
+// SetDeadline turns on blocking wait for p's Work (c10d
+// TORCH_NCCL_BLOCKING_WAIT): once deadline passes, Work.Wait returns
 // onTimeout(elapsed since creation) instead of blocking on; the op itself
 // stays under the watchdog. Call it before the Work is handed to the caller
 // (the runtime does so at submission when RANKTREE_BLOCKING_WAIT is set).
-func (w *Work) SetDeadline(deadline time.Time, onTimeout func(elapsed time.Duration) error) {
-	w.deadline, w.onTimeout = deadline, onTimeout
+func (p *Promise) SetDeadline(deadline time.Time, onTimeout func(elapsed time.Duration) error) {
+	p.w.deadline, p.w.onTimeout = deadline, onTimeout
 }
 
-// SetSpinWait makes Wait poll the Work's completion for up to d before
+// SetSpinWait makes Work.Wait poll the Work's completion for up to d before
 // it blocks, so that a waiter whose op finishes within d on another thread
 // pays no OS wake-up (the choice CUDA makes with cudaDeviceScheduleSpin).
 // The poll burns the waiting goroutine's core; ctx and the blocking-wait
 // deadline are checked once it ends. Engines call it (the NCCL engine:
 // Options.SpinWait) when they take the Work; a Wait already blocked is not
 // affected. d ≤ 0 turns it off.
-func (w *Work) SetSpinWait(d time.Duration) { w.spin.Store(int64(d)) }
+func (p *Promise) SetSpinWait(d time.Duration) { p.w.spin.Store(int64(d)) }
 
-// SpinWait is the poll time set by SetSpinWait (0: none).
+// SpinWait is the poll time its Promise set (Promise.SetSpinWait; 0: none).
 func (w *Work) SpinWait() time.Duration { return time.Duration(w.spin.Load()) }
 
 // spinUntilDone polls for completion for up to d and reports whether the
@@ -215,17 +241,18 @@ func (w *Work) Err() error {
 // 0 before that and for ops rejected for bad input.
 func (w *Work) Seq() uint64 { return w.seq.Load() }
 
-// SetSeq records the sequence number alone (tests and engines driven
-// without a communicator); the communicator actor calls SetFingerprint.
-func (w *Work) SetSeq(seq uint64) { w.seq.Store(seq) }
+// SetSeq records the sequence number alone (BatchP2P's per-entry Works,
+// tests and engines driven without a communicator); the communicator actor
+// calls SetFingerprint.
+func (p *Promise) SetSeq(seq uint64) { p.w.seq.Store(seq) }
 
 // SetFingerprint records the op's identity {group, epoch, seq, op, dtype,
 // count, root} and its sequence number. The group's communicator actor,
 // the only owner of op identity, calls it once when it schedules the op,
 // before launch; the fingerprint is published by the seq's atomic store.
-func (w *Work) SetFingerprint(fp Fingerprint) {
-	w.fp = fp
-	w.seq.Store(fp.Seq)
+func (p *Promise) SetFingerprint(fp Fingerprint) {
+	p.w.fp = fp
+	p.w.seq.Store(fp.Seq)
 }
 
 // Fingerprint is the op's identity as its group's communicator assigned
@@ -256,15 +283,20 @@ func (w *Work) OpType() OpType { return w.op }
 func (w *Work) Source() int { return int(w.source.Load()) }
 
 // SetSource records a Recv's sending rank; called by engines before Complete.
-func (w *Work) SetSource(rank int) { w.source.Store(int64(rank)) }
+func (p *Promise) SetSource(rank int) { p.w.source.Store(int64(rank)) }
 
 // MarkStarted records the time the engine began the op; called by engines.
-func (w *Work) MarkStarted() { w.started.CompareAndSwap(0, time.Now().UnixNano()) }
+// Only the first call has an effect.
+func (p *Promise) MarkStarted() { p.w.started.CompareAndSwap(0, time.Now().UnixNano()) }
 
-// Complete finishes the Work with err (nil for success). Only the first call
-// has an effect; it returns whether this call completed the Work. Called by
-// engines, the actor and the watchdog.
-func (w *Work) Complete(err error) bool {
+// Complete finishes p's Work with err (nil for success) and wakes its
+// waiters. Only the first call has an effect; it returns whether this call
+// completed the Work. Called by engines, the actor, the watchdog, the
+// ProcessGroup (a cancelled ctx) and comm hooks.
+func (p *Promise) Complete(err error) bool { return p.w.complete(err) }
+
+// complete is Promise.Complete.
+func (w *Work) complete(err error) bool {
 	first := false
 	w.once.Do(func() {
 		w.err = err

@@ -6,12 +6,19 @@ import (
 	"time"
 )
 
-// fakeStream completes the Works it is asked to run, counting them.
-type fakeStream struct{ ran int }
+// fakeStream completes the Work of the Promise it holds when asked to run
+// it, counting the runs.
+type fakeStream struct {
+	p   *Promise
+	ran int
+}
 
 func (s *fakeStream) RunInline(w *Work) bool {
+	if w != s.p.Work() {
+		return false
+	}
 	s.ran++
-	w.Complete(nil)
+	s.p.Complete(nil)
 	return true
 }
 
@@ -40,15 +47,16 @@ func TestWaitRunsInlineOnlyWhenNothingEndsItEarlier(t *testing.T) {
 		{"blocking wait", context.Background(), nil, true, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := NewWork(OpAllReduce)
+			p := NewPromise(OpAllReduce)
+			w := p.Work()
 			if c.opCtx != nil {
 				w.opDone = c.opCtx.Done()
 			}
 			if c.blocking {
-				w.SetDeadline(time.Now().Add(time.Millisecond), func(time.Duration) error { return ErrTimeout })
+				p.SetDeadline(time.Now().Add(time.Millisecond), func(time.Duration) error { return ErrTimeout })
 			}
-			s := &fakeStream{}
-			w.SetInline(s)
+			s := &fakeStream{p: p}
+			p.SetInline(s)
 			err := w.Wait(c.ctx)
 			if c.inline != (s.ran == 1) {
 				t.Fatalf("ran inline %d times, want inline %v (Wait: %v)", s.ran, c.inline, err)
@@ -65,12 +73,13 @@ func TestWaitRunsInlineOnlyWhenNothingEndsItEarlier(t *testing.T) {
 
 // TestWorkIsSuccess: false in flight and after a failure, true after success.
 func TestWorkIsSuccess(t *testing.T) {
-	ok, bad := NewWork(OpAllReduce), NewWork(OpAllReduce)
+	okP, badP := NewPromise(OpAllReduce), NewPromise(OpAllReduce)
+	ok, bad := okP.Work(), badP.Work()
 	if ok.IsSuccess() {
 		t.Fatal("IsSuccess in flight")
 	}
-	ok.Complete(nil)
-	bad.Complete(ErrTimeout)
+	okP.Complete(nil)
+	badP.Complete(ErrTimeout)
 	if !ok.IsSuccess() || bad.IsSuccess() {
 		t.Fatalf("IsSuccess: %v after success, %v after failure", ok.IsSuccess(), bad.IsSuccess())
 	}
@@ -79,14 +88,14 @@ func TestWorkIsSuccess(t *testing.T) {
 // doneLauncher completes every op at once.
 type doneLauncher struct{}
 
-func (doneLauncher) Submit(op *Op, w *Work) { w.SetFingerprint(op.FP); w.Complete(nil) }
-func (doneLauncher) Abort(error)            {}
+func (doneLauncher) Submit(op *Op, p *Promise) { p.SetFingerprint(op.FP); p.Complete(nil) }
+func (doneLauncher) Abort(error)               {}
 func (doneLauncher) Close(context.Context) error {
 	return nil
 }
 
 // TestAllReduceSubmitAllocs bounds what ProcessGroup.AllReduce allocates
-// per op before the launcher (issue 15): the Work and its done channel,
+// per op before the launcher (issue 15): the Promise holding the Work, its done channel,
 // and the Op with its one-buffer input; no options object, no separate
 // input slice.
 func TestAllReduceSubmitAllocs(t *testing.T) {
@@ -101,6 +110,6 @@ func TestAllReduceSubmitAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}); a > 3 {
-		t.Fatalf("%v allocations per AllReduce through the ProcessGroup, want at most 3 (Work, its channel, Op)", a)
+		t.Fatalf("%v allocations per AllReduce through the ProcessGroup, want at most 3 (Promise with its Work, the done channel, Op)", a)
 	}
 }

@@ -291,17 +291,17 @@ func (d *delayGroup) AllReduce(ctx context.Context, buf comm.Buffer, op comm.Red
 	prev, done, delay := d.last, make(chan struct{}), d.delay
 	d.last = done
 	d.mu.Unlock()
-	w := comm.NewWork(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	go func() {
 		err := inner.Wait(context.Background())
 		if prev != nil {
 			<-prev
 		}
 		time.Sleep(delay)
-		w.Complete(err)
+		p.Complete(err)
 		close(done)
 	}()
-	return w
+	return p.Work()
 }
 
 // TestOverlapHidesComm: with 200 ms of compute between gradients and an

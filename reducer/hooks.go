@@ -36,7 +36,11 @@ type GradBucket struct {
 }
 
 // HookWork is a hook's pending result; *comm.Work satisfies it. Wait
-// blocks until the bucket's Buffer holds the result or ctx ends.
+// blocks until the bucket's Buffer holds the result or ctx ends. A hook
+// that completes its result itself (torch: a hook returns a Future it
+// fulfils) may create a comm.Promise, return its Work and complete the
+// Promise when the bucket is ready; comm.FailedWork reports a bucket the
+// hook cannot reduce.
 type HookWork interface {
 	Wait(ctx context.Context) error
 }

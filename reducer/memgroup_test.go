@@ -50,7 +50,7 @@ type memPart struct {
 	in, out comm.Buffer
 	op      comm.ReduceOp
 	root    int
-	w       *comm.Work
+	p       *comm.Promise
 }
 
 type memGroup struct {
@@ -107,11 +107,11 @@ func (g *memGroup) AllGatherInto(ctx context.Context, out, in comm.Buffer, _ ...
 
 func (g *memGroup) submit(p memPart) *comm.Work {
 	w := g.w
-	p.w = comm.NewWork(p.typ)
+	p.p = comm.NewPromise(p.typ)
 	w.mu.Lock()
 	w.seqs[g.rank]++
 	seq := w.seqs[g.rank]
-	p.w.SetSeq(seq)
+	p.p.SetSeq(seq)
 	w.log[g.rank] = append(w.log[g.rank], memLaunch{Seq: seq, Desc: p.desc, At: time.Now()})
 	s := w.slots[seq]
 	if s == nil {
@@ -132,7 +132,7 @@ func (g *memGroup) submit(p memPart) *comm.Work {
 		}()
 	}
 	w.mu.Unlock()
-	return p.w
+	return p.p.Work()
 }
 
 func (w *memWorld) execute(seq uint64, s *memSlot, fail bool) {
@@ -140,14 +140,14 @@ func (w *memWorld) execute(seq uint64, s *memSlot, fail bool) {
 		if p.desc != s.parts[0].desc {
 			err := fmt.Errorf("%w: seq %d: rank %d issued %q, rank 0 issued %q", comm.ErrMismatch, seq, r, p.desc, s.parts[0].desc)
 			for _, q := range s.parts {
-				q.w.Complete(err)
+				q.p.Complete(err)
 			}
 			return
 		}
 	}
 	if fail {
 		for r, q := range s.parts {
-			q.w.Complete(&comm.EngineError{Engine: "memtest", Rank: r, Msg: fmt.Sprintf("injected failure at seq %d", seq)})
+			q.p.Complete(&comm.EngineError{Engine: "memtest", Rank: r, Msg: fmt.Sprintf("injected failure at seq %d", seq)})
 		}
 		return
 	}
@@ -182,7 +182,7 @@ func (w *memWorld) execute(seq uint64, s *memSlot, fail bool) {
 		}
 	}
 	for _, q := range s.parts {
-		q.w.Complete(nil)
+		q.p.Complete(nil)
 	}
 }
 

@@ -41,11 +41,11 @@ func TestDumpsOnRequest(t *testing.T) {
 			last = 2
 		}
 		for seq := uint64(1); seq <= last; seq++ {
-			w := comm.NewWork(comm.OpAllReduce)
-			r.Record("default_pg", allreduceOp(seq, 4), w, time.Minute)
+			p := comm.NewPromise(comm.OpAllReduce)
+			r.Record("default_pg", allreduceOp(seq, 4), p.Work(), time.Minute)
 			if seq < 3 {
-				w.MarkStarted()
-				w.Complete(nil)
+				p.MarkStarted()
+				p.Complete(nil)
 			}
 		}
 		rec := &recorder{}

@@ -194,8 +194,8 @@ func (r *FlightRecorder) ring(group string) *ring {
 }
 
 // Record adds a scheduled entry for op, launched on group with the given
-// deadline, and returns its record id. w (may be nil) is the op's Work;
-// the entry's state and times follow it. For Send/Recv op.FP.Seq is the
+// deadline, and returns its record id. w (may be nil) is the op's Work,
+// which the recorder only reads; the entry's state and times follow it. For Send/Recv op.FP.Seq is the
 // P2P seq. It allocates nothing once the group's ring exists (see
 // FlightRecorder).
 func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
@@ -565,11 +565,11 @@ func (d Dumper) Dump(ctx context.Context, reason string) error {
 // group's communicator. groupTimeout (may be nil) gives the group's current
 // default deadline, recorded for ops without their own.
 func (r *FlightRecorder) Observer(group string, groupTimeout func() time.Duration) actors.Observer {
-	return actors.ObserverFunc(func(op *comm.Op, w *comm.Work) {
+	return actors.ObserverFunc(func(op *comm.Op, p *comm.Promise) {
 		d := op.Timeout
 		if d <= 0 && groupTimeout != nil {
 			d = groupTimeout()
 		}
-		r.Record(group, op, w, d)
+		r.Record(group, op, p.Work(), d)
 	})
 }

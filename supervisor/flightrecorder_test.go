@@ -24,10 +24,10 @@ func allreduceOp(seq uint64, n int) *comm.Op {
 func TestFlightRecorderStatesFollowWorks(t *testing.T) {
 	r := NewFlightRecorder(RecorderConfig{Job: "j", Rank: 2, WorldSize: 4, Capacity: 8})
 	r.AddGroup("default_pg", 0, 2, []int{0, 1, 2, 3})
-	ws := make([]*comm.Work, 4)
+	ws := make([]*comm.Promise, 4)
 	for i := range ws {
-		ws[i] = comm.NewWork(comm.OpAllReduce)
-		id := r.Record("default_pg", allreduceOp(uint64(i+1), 16), ws[i], 2*time.Second)
+		ws[i] = comm.NewPromise(comm.OpAllReduce)
+		id := r.Record("default_pg", allreduceOp(uint64(i+1), 16), ws[i].Work(), 2*time.Second)
 		if id != uint64(i+1) {
 			t.Fatalf("record id %d, want %d", id, i+1)
 		}
@@ -70,11 +70,11 @@ func TestFlightRecorderStatesFollowWorks(t *testing.T) {
 func TestFlightRecorderRingEvictsOldest(t *testing.T) {
 	r := NewFlightRecorder(RecorderConfig{Rank: 0, Capacity: 3})
 	for seq := uint64(1); seq <= 7; seq++ {
-		w := comm.NewWork(comm.OpAllReduce)
-		r.Record("default_pg", allreduceOp(seq, 1), w, time.Second)
+		p := comm.NewPromise(comm.OpAllReduce)
+		r.Record("default_pg", allreduceOp(seq, 1), p.Work(), time.Second)
 		if seq <= 5 {
-			w.MarkStarted()
-			w.Complete(nil)
+			p.MarkStarted()
+			p.Complete(nil)
 		}
 	}
 	p2p := &comm.Op{Type: comm.OpSend, Peer: 1, FP: comm.Fingerprint{Seq: 1, Op: comm.OpSend, DType: comm.Int32, Count: 2, Root: 1},
@@ -120,7 +120,7 @@ func TestFlightRecorderRingEvictsOldest(t *testing.T) {
 
 func TestFlightRecorderDisabledKeepsProgress(t *testing.T) {
 	r := NewFlightRecorder(RecorderConfig{Capacity: TraceDisabled})
-	r.Record("default_pg", allreduceOp(1, 4), comm.NewWork(comm.OpAllReduce), time.Second)
+	r.Record("default_pg", allreduceOp(1, 4), comm.NewPromise(comm.OpAllReduce).Work(), time.Second)
 	d := r.Dump("x")
 	if len(d.Entries) != 0 || len(d.Groups) != 1 || d.Groups[0].LastEnqueued != 1 {
 		t.Errorf("disabled recorder dump %+v", d)
@@ -154,9 +154,9 @@ func TestFlightRecorderConcurrent(t *testing.T) {
 			defer wg.Done()
 			name := []string{"a", "b", "c", "d"}[g]
 			for seq := uint64(1); seq <= 200; seq++ {
-				w := comm.NewWork(comm.OpAllReduce)
-				r.Record(name, allreduceOp(seq, 1), w, time.Second)
-				go w.Complete(nil)
+				p := comm.NewPromise(comm.OpAllReduce)
+				r.Record(name, allreduceOp(seq, 1), p.Work(), time.Second)
+				go p.Complete(nil)
 			}
 		}(g)
 	}
@@ -186,8 +186,8 @@ func TestFlightRecorderConcurrent(t *testing.T) {
 
 func TestWriteDumpFileAndStore(t *testing.T) {
 	r := NewFlightRecorder(RecorderConfig{Job: "j", Rank: 3, WorldSize: 4})
-	w := comm.NewWork(comm.OpAllReduce)
-	r.Record("default_pg", allreduceOp(1, 4), w, time.Minute)
+	p := comm.NewPromise(comm.OpAllReduce)
+	r.Record("default_pg", allreduceOp(1, 4), p.Work(), time.Minute)
 	dir := t.TempDir() + "/traces"
 	st := store.NewMemStore()
 	defer st.Close()
@@ -266,10 +266,10 @@ func TestFlightRecorderObserver(t *testing.T) {
 	r := NewFlightRecorder(RecorderConfig{})
 	obs := actors.Observers{r.Observer("pg1", func() time.Duration { return time.Minute })}
 	op := allreduceOp(1, 2)
-	obs.Scheduled(op, comm.NewWork(comm.OpAllReduce))
+	obs.Scheduled(op, comm.NewPromise(comm.OpAllReduce))
 	op2 := allreduceOp(2, 2)
 	op2.Timeout = 3 * time.Second
-	obs.Scheduled(op2, comm.NewWork(comm.OpAllReduce))
+	obs.Scheduled(op2, comm.NewPromise(comm.OpAllReduce))
 	d := r.Dump("x")
 	if len(d.Entries) != 2 || d.Entries[0].Group != "pg1" || d.Entries[0].TimeoutMS != 60000 || d.Entries[1].TimeoutMS != 3000 {
 		t.Errorf("entries %+v", d.Entries)
@@ -281,11 +281,11 @@ func TestFlightRecorderObserver(t *testing.T) {
 func BenchmarkFlightRecorderRecord(b *testing.B) {
 	r := NewFlightRecorder(RecorderConfig{Capacity: 2000})
 	op := allreduceOp(1, 1024)
-	w := comm.NewWork(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		op.FP.Seq = uint64(i + 1)
-		r.Record("default_pg", op, w, time.Minute)
+		r.Record("default_pg", op, p.Work(), time.Minute)
 	}
 }
 
@@ -302,14 +302,14 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	}
 	coal := &comm.Op{Type: comm.OpCoalesced, Children: children,
 		FP: comm.Fingerprint{Op: comm.OpCoalesced, DType: comm.Float32, RedOp: comm.RedSum, Count: 9, Root: -1}}
-	w := comm.NewWork(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	for range 32 { // two laps: every slot's overflow slice exists
-		r.Record("g", plain, w, time.Second)
-		r.Record("g", coal, w, time.Second)
+		r.Record("g", plain, p.Work(), time.Second)
+		r.Record("g", coal, p.Work(), time.Second)
 	}
 	if a := testing.AllocsPerRun(100, func() {
-		r.Record("g", plain, w, time.Second)
-		r.Record("g", coal, w, time.Second)
+		r.Record("g", plain, p.Work(), time.Second)
+		r.Record("g", coal, p.Work(), time.Second)
 	}); a != 0 {
 		t.Fatalf("%v allocations per Record pair, want 0", a)
 	}
@@ -336,7 +336,7 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	// A dump owns its shapes: recording over the ring does not change it.
 	before := d.Entries[0].InputSizes[0][0]
 	for range 16 {
-		r.Record("g", allreduceOp(2, 7), w, time.Second)
+		r.Record("g", allreduceOp(2, 7), p.Work(), time.Second)
 	}
 	if d.Entries[0].InputSizes[0][0] != before {
 		t.Fatal("a dump's shapes changed when the ring was reused")

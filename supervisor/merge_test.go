@@ -198,11 +198,11 @@ func TestMergeRecorderDumps(t *testing.T) {
 			last = 4
 		}
 		for seq := uint64(1); seq <= last; seq++ {
-			w := comm.NewWork(comm.OpAllReduce)
-			r.Record("default_pg", allreduceOp(seq, 8), w, 0)
+			p := comm.NewPromise(comm.OpAllReduce)
+			r.Record("default_pg", allreduceOp(seq, 8), p.Work(), 0)
 			if seq <= 4 {
-				w.MarkStarted()
-				w.Complete(nil)
+				p.MarkStarted()
+				p.Complete(nil)
 			}
 		}
 		dumps = append(dumps, r.Dump("timeout"))

@@ -297,10 +297,11 @@ func (r *Rank) SetTimeout(group string, d time.Duration) {
 func (r *Rank) DetachGroup(group string) { r.Watchdog.Deregister(group) }
 
 // Track puts a Work launched outside a communicator actor under the
-// watchdog, with the flight recorder's record.
-func (r *Rank) Track(group string, op *comm.Op, w *comm.Work) {
-	r.Recorder.Record(group, op, w, op.Timeout)
-	r.Watchdog.Track(group, op.FP, op.Timeout, w)
+// watchdog (which fails it through p at its deadline), with the flight
+// recorder's record.
+func (r *Rank) Track(group string, op *comm.Op, p *comm.Promise) {
+	r.Recorder.Record(group, op, p.Work(), op.Timeout)
+	r.Watchdog.Track(group, op.FP, op.Timeout, p)
 }
 
 // Close stops the dump service, the heartbeat monitor, the watchdog, the

@@ -35,10 +35,10 @@ func TestRankWiring(t *testing.T) {
 	}
 	eng := &fakeEngine{}
 	obs := r.AttachGroup(GroupSpec{Name: "default_pg", Engine: "cpu", Members: []int{0, 1}}, 0, eng)
-	w := comm.NewWork(comm.OpAllReduce)
-	obs.Scheduled(allreduceOp(1, 8), w)
-	w.MarkStarted()
-	err = waitWork(t, w, 10*time.Second)
+	p := comm.NewPromise(comm.OpAllReduce)
+	obs.Scheduled(allreduceOp(1, 8), p)
+	p.MarkStarted()
+	err = waitWork(t, p.Work(), 10*time.Second)
 	var te *comm.TimeoutError
 	if !errors.As(err, &te) || te.Timeout != 200*time.Millisecond || len(te.NotReached) != 1 || te.NotReached[0] != 1 {
 		t.Fatalf("work error %v", err)

@@ -49,7 +49,7 @@ func (e *exits) snapshot() ([]int, []bool) {
 func panickyGroup(t *testing.T, sys *actor.ActorSystem, parent actors.Spawner, obs actors.Observer, panicAt uint64) (*actors.Communicator, *comm.ProcessGroup, *testrank.Recorder) {
 	t.Helper()
 	be := testrank.NewRecorder(0, 2)
-	be.OnLaunch(func(op *comm.Op, _ *comm.Work) {
+	be.OnLaunch(func(op *comm.Op, _ *comm.Promise) {
 		if op.FP.Seq == panicAt {
 			panic("injected engine panic")
 		}
@@ -196,7 +196,7 @@ func TestRankPanicPolicies(t *testing.T) {
 			}
 			defer r.Close(2 * time.Second)
 			be := testrank.NewRecorder(0, 2)
-			be.OnLaunch(func(op *comm.Op, _ *comm.Work) {
+			be.OnLaunch(func(op *comm.Op, _ *comm.Promise) {
 				if op.FP.Seq == 2 {
 					panic("injected engine panic")
 				}

@@ -120,7 +120,7 @@ type inMsg struct {
 
 type watched struct {
 	id      WorkID
-	w       *comm.Work
+	p       *comm.Promise // the watchdog fails the Work through it
 	group   string
 	epoch   uint32
 	fp      comm.Fingerprint
@@ -177,12 +177,13 @@ type (
 		Group   string
 		Timeout time.Duration
 	}
-	// TrackWork puts a scheduled Work under the watchdog.
+	// TrackWork puts a scheduled Work under the watchdog, through its
+	// Promise (the watchdog fails it at its deadline).
 	TrackWork struct {
 		Group   string
 		FP      comm.Fingerprint
 		Timeout time.Duration // per-op override (0: the group's)
-		Work    *comm.Work
+		Promise *comm.Promise
 	}
 	watchdogTick  struct{}
 	watchdogStore struct{ ev store.Event }
@@ -263,13 +264,14 @@ func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
 	wd.post(SetGroupTimeout{Group: group, Timeout: d}, true)
 }
 
-// Track puts w (fingerprint fp, per-op timeout or 0) under the watchdog.
-// It never blocks, allocates nothing in steady state and, unless a group
-// is aborted, wakes no goroutine: the watchdog picks w up, and publishes
-// its scheduled event, at its next tick (see Watchdog).
-func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, w *comm.Work) {
+// Track puts p's Work (fingerprint fp, per-op timeout or 0) under the
+// watchdog, which fails it through p at its deadline. It never blocks,
+// allocates nothing in steady state and, unless a group is aborted, wakes
+// no goroutine: the watchdog picks the Work up, and publishes its
+// scheduled event, at its next tick (see Watchdog).
+func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, p *comm.Promise) {
 	wd.inMu.Lock()
-	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Work: w}})
+	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}})
 	wd.inMu.Unlock()
 	if wd.aborted.Load() {
 		wd.system.Root.Send(wd.pid, watchdogDrain{})
@@ -316,7 +318,7 @@ func (wd *Watchdog) drain() {
 // it tracks every scheduled op under its deadline (op.Timeout, else the
 // group's).
 func (wd *Watchdog) Observer(group string) actors.Observer {
-	return actors.ObserverFunc(func(op *comm.Op, w *comm.Work) { wd.Track(group, op.FP, op.Timeout, w) })
+	return actors.ObserverFunc(func(op *comm.Op, p *comm.Promise) { wd.Track(group, op.FP, op.Timeout, p) })
 }
 
 // Stop stops the ticker, the watches and the actor, waiting at most
@@ -460,9 +462,9 @@ func (wd *Watchdog) track(m TrackWork) {
 		i, _ := slices.BinarySearch(wd.fnames, m.Group)
 		wd.fnames = slices.Insert(wd.fnames, i, m.Group)
 	}
-	f.ws = append(f.ws, watched{id: id, w: m.Work, group: m.Group, epoch: m.FP.Epoch, fp: m.FP})
+	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP})
 	wd.emitWork(&f.ws[len(f.ws)-1], actors.StateScheduled)
-	if acts := wd.core.Scheduled(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Work.Timings().Created}); len(acts) > 0 {
+	if acts := wd.core.Scheduled(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Promise.Work().Timings().Created}); len(acts) > 0 {
 		wd.apply(acts)
 	}
 }
@@ -520,16 +522,16 @@ func (wd *Watchdog) pollWorks(step bool) {
 			if tw.gone {
 				continue
 			}
-			if !tw.started && !tw.w.Timings().Started.IsZero() {
+			if !tw.started && !tw.p.Work().Timings().Started.IsZero() {
 				tw.started = true
 				wd.emitWork(tw, actors.StateStarted)
 				if step {
 					wd.core.Started(tw.id)
 				}
 			}
-			if tw.w.IsCompleted() {
+			if tw.p.Work().IsCompleted() {
 				tw.gone = true
-				err := tw.w.Err()
+				err := tw.p.Work().Err()
 				wd.emitWork(tw, stateOf(err))
 				if step {
 					if acts := wd.core.Completed(tw.id, err); len(acts) > 0 {
@@ -626,8 +628,8 @@ func (wd *Watchdog) apply(acts []Action) {
 			tw.gone = true
 			// The abort above may have completed the Work first (with its
 			// own error); either way this is its last event.
-			tw.w.Complete(a.Err)
-			wd.emitWork(tw, stateOf(tw.w.Err()))
+			tw.p.Complete(a.Err)
+			wd.emitWork(tw, stateOf(tw.p.Work().Err()))
 			if errors.Is(a.Err, comm.ErrTimeout) {
 				log.Error().Err(a.Err).Int("rank", wd.cfg.Rank).Str("group", tw.group).Uint64("seq", tw.fp.Seq).Msg("watchdog: work timed out")
 				wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: tw.group, Epoch: tw.epoch, Seq: tw.fp.Seq,
@@ -703,7 +705,7 @@ func (wd *Watchdog) emitWork(tw *watched, state string) {
 	}
 	// Stamp the event with the Work's own time of the change: the watchdog
 	// sees starts and completions at its tick, after the fact.
-	t := tw.w.Timings()
+	t := tw.p.Work().Timings()
 	switch state {
 	case actors.StateScheduled:
 		ev.Time = t.Created
@@ -720,7 +722,7 @@ func (wd *Watchdog) emitWork(tw *watched, state string) {
 		if !t.Completed.IsZero() {
 			ev.DurUS = float64(t.Completed.Sub(from).Nanoseconds()) / 1e3
 		}
-		if err := tw.w.Err(); err != nil {
+		if err := tw.p.Work().Err(); err != nil {
 			ev.Error = err.Error()
 		}
 	}

@@ -134,19 +134,19 @@ func TestWatchdogActorsTimeoutAndRemoteAbort(t *testing.T) {
 	// Seqs 1-2 complete on both ranks.
 	for seq := uint64(1); seq <= 2; seq++ {
 		for _, wd := range []*Watchdog{wd0, wd1} {
-			w := comm.NewWork(comm.OpAllReduce)
+			w := comm.NewPromise(comm.OpAllReduce)
 			wd.Observer("default_pg").Scheduled(&comm.Op{Type: comm.OpAllReduce, FP: fpAt(seq)}, w)
 			w.MarkStarted()
 			w.Complete(nil)
 		}
 	}
-	w0, w1 := comm.NewWork(comm.OpAllReduce), comm.NewWork(comm.OpAllReduce)
+	w0, w1 := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
 	wd0.Track("default_pg", fpAt(3), 0, w0)
 	w0.MarkStarted()
 	wd1.Track("default_pg", fpAt(3), 0, w1) // launched, never started
 
 	start := time.Now()
-	err0 := waitWork(t, w0, 10*time.Second)
+	err0 := waitWork(t, w0.Work(), 10*time.Second)
 	var te *comm.TimeoutError
 	if !errors.As(err0, &te) || !errors.Is(err0, comm.ErrTimeout) {
 		t.Fatalf("rank 0: %v, want a *comm.TimeoutError", err0)
@@ -157,7 +157,7 @@ func TestWatchdogActorsTimeoutAndRemoteAbort(t *testing.T) {
 	if !strings.Contains(err0.Error(), "ranks [1] have not reached seq 3") {
 		t.Errorf("message %q", err0)
 	}
-	err1 := waitWork(t, w1, 5*time.Second)
+	err1 := waitWork(t, w1.Work(), 5*time.Second)
 	var re *comm.RemoteAbortError
 	// The failure started at rank 1 (it never reached seq 3); rank 0
 	// reported it.
@@ -211,9 +211,9 @@ func TestWatchdogActorsTimeoutAndRemoteAbort(t *testing.T) {
 		}
 	}
 	// A later op on the aborted group fails fast with ErrAborted.
-	w := comm.NewWork(comm.OpAllReduce)
+	w := comm.NewPromise(comm.OpAllReduce)
 	wd0.Track("default_pg", fpAt(4), 0, w)
-	if err := waitWork(t, w, 5*time.Second); !errors.Is(err, comm.ErrAborted) {
+	if err := waitWork(t, w.Work(), 5*time.Second); !errors.Is(err, comm.ErrAborted) {
 		t.Errorf("op after abort: %v", err)
 	}
 }
@@ -223,9 +223,9 @@ func TestWatchdogActorTearDownExitsAfterDump(t *testing.T) {
 	wd := startWatchdog(t, 0, TearDown, nil, rec)
 	eng := &fakeEngine{}
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}, Engine: "cpu"}, eng, eng)
-	w := comm.NewWork(comm.OpBarrier)
-	wd.Track("g", comm.Fingerprint{Seq: 1, Op: comm.OpBarrier}, 50*time.Millisecond, w)
-	if err := waitWork(t, w, 10*time.Second); !errors.Is(err, comm.ErrTimeout) {
+	p := comm.NewPromise(comm.OpBarrier)
+	wd.Track("g", comm.Fingerprint{Seq: 1, Op: comm.OpBarrier}, 50*time.Millisecond, p)
+	if err := waitWork(t, p.Work(), 10*time.Second); !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("%v, want ErrTimeout", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -243,12 +243,12 @@ func TestWatchdogActorAsyncError(t *testing.T) {
 	wd := startWatchdog(t, 0, CleanupOnly, nil, rec)
 	eng := &fakeEngine{}
 	wd.Register(GroupSpec{Name: "g", Members: []int{0, 1}, Engine: "nccl"}, eng, eng)
-	w := comm.NewWork(comm.OpAllReduce)
-	wd.Track("g", fpAt(1), 0, w)
+	p := comm.NewPromise(comm.OpAllReduce)
+	wd.Track("g", fpAt(1), 0, p)
 	eng.mu.Lock()
 	eng.async = errors.New("ncclSystemError")
 	eng.mu.Unlock()
-	err := waitWork(t, w, 10*time.Second)
+	err := waitWork(t, p.Work(), 10*time.Second)
 	var ee *comm.EngineError
 	if !errors.As(err, &ee) || ee.Engine != "nccl" || !strings.Contains(err.Error(), "ncclSystemError") {
 		t.Fatalf("%v, want an EngineError", err)
@@ -259,12 +259,12 @@ func TestWatchdogActorCompletedWorkIsForgotten(t *testing.T) {
 	rec := &recorder{}
 	wd := startWatchdog(t, 0, TearDown, nil, rec)
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
-	w := comm.NewWork(comm.OpAllReduce)
-	wd.Track("g", fpAt(1), 100*time.Millisecond, w)
-	w.MarkStarted()
-	w.Complete(nil)
+	p := comm.NewPromise(comm.OpAllReduce)
+	wd.Track("g", fpAt(1), 100*time.Millisecond, p)
+	p.MarkStarted()
+	p.Complete(nil)
 	time.Sleep(400 * time.Millisecond) // well past the deadline
-	if err := w.Err(); err != nil || rec.exited.Load() != 0 {
+	if err := p.Work().Err(); err != nil || rec.exited.Load() != 0 {
 		t.Errorf("completed work: err %v, exit %d", err, rec.exited.Load())
 	}
 	if beats := wd.Heartbeat().Load(); beats == 0 {
@@ -357,8 +357,8 @@ func TestWatchdogTearDownExitsProcess(t *testing.T) {
 		wd.Start(newSystem(), nil)
 		wd.Register(GroupSpec{Name: "default_pg", Members: []int{0}, Timeout: 50 * time.Millisecond}, nil, nil)
 		op := allreduceOp(1, 4)
-		w := comm.NewWork(comm.OpAllReduce)
-		actors.Observers{rec.Observer("default_pg", nil), wd.Observer("default_pg")}.Scheduled(op, w)
+		p := comm.NewPromise(comm.OpAllReduce)
+		actors.Observers{rec.Observer("default_pg", nil), wd.Observer("default_pg")}.Scheduled(op, p)
 		time.Sleep(20 * time.Second) // the watchdog exits the process long before
 		t.Fatal("still alive after the deadline")
 	}
@@ -398,18 +398,18 @@ func TestWatchdogTrackIsBatchedPerTick(t *testing.T) {
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}, Timeout: 150 * time.Millisecond}, &fakeEngine{}, nil)
 
 	const n = 50
-	works := make([]*comm.Work, n)
+	works := make([]*comm.Promise, n)
 	for i := range works {
-		works[i] = comm.NewWork(comm.OpAllReduce)
+		works[i] = comm.NewPromise(comm.OpAllReduce)
 		wd.Track("g", fpAt(uint64(i+1)), 0, works[i])
 		works[i].MarkStarted()
 		works[i].Complete(nil)
 	}
-	stuck := comm.NewWork(comm.OpAllReduce)
+	stuck := comm.NewPromise(comm.OpAllReduce)
 	wd.Track("g", fpAt(n+1), 0, stuck)
 	tracked := time.Now()
 
-	err = waitWork(t, stuck, 10*time.Second)
+	err = waitWork(t, stuck.Work(), 10*time.Second)
 	if !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("stuck work: %v, want ErrTimeout", err)
 	}
@@ -436,10 +436,10 @@ func TestWatchdogTrackIsBatchedPerTick(t *testing.T) {
 	}
 
 	// The group is aborted now: a new Work fails long before the next tick.
-	w := comm.NewWork(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	start := time.Now()
-	wd.Track("g", fpAt(n+2), 0, w)
-	err = waitWork(t, w, 10*time.Second)
+	wd.Track("g", fpAt(n+2), 0, p)
+	err = waitWork(t, p.Work(), 10*time.Second)
 	if !errors.Is(err, comm.ErrAborted) {
 		t.Fatalf("work on an aborted group: %v, want ErrAborted", err)
 	}
@@ -460,7 +460,7 @@ func TestWatchdogStopPublishesPendingWorkEvents(t *testing.T) {
 	}
 	wd.Start(newSystem(), nil)
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
-	done, open := comm.NewWork(comm.OpAllReduce), comm.NewWork(comm.OpAllReduce)
+	done, open := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
 	wd.Track("g", fpAt(1), 0, done)
 	wd.Track("g", fpAt(2), 0, open)
 	done.MarkStarted()
@@ -479,8 +479,8 @@ func TestWatchdogStopPublishesPendingWorkEvents(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("work events at stop: %v, want %v", got, want)
 	}
-	if open.IsCompleted() {
-		t.Errorf("stopping the watchdog completed an in-flight Work: %v", open.Err())
+	if open.Work().IsCompleted() {
+		t.Errorf("stopping the watchdog completed an in-flight Work: %v", open.Work().Err())
 	}
 }
 
@@ -498,9 +498,9 @@ func BenchmarkWatchdogTrack(b *testing.B) {
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		w := comm.NewWork(comm.OpAllReduce)
-		wd.Track("g", fpAt(uint64(i+1)), 0, w)
-		w.Complete(nil)
+		p := comm.NewPromise(comm.OpAllReduce)
+		wd.Track("g", fpAt(uint64(i+1)), 0, p)
+		p.Complete(nil)
 		if i%4096 == 0 {
 			rec.mu.Lock()
 			rec.events = rec.events[:0]
@@ -521,9 +521,9 @@ func TestWatchdogPerOpPathAllocatesNothing(t *testing.T) {
 	}
 	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}}})
 	const batch = 64
-	works := make([]*comm.Work, batch)
+	works := make([]*comm.Promise, batch)
 	for i := range works {
-		works[i] = comm.NewWork(comm.OpAllReduce)
+		works[i] = comm.NewPromise(comm.OpAllReduce)
 		works[i].MarkStarted()
 		works[i].Complete(nil)
 	}

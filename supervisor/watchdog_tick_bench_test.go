@@ -31,9 +31,9 @@ func BenchmarkWatchdogTickAfterBurst(b *testing.B) {
 			}
 			wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}}})
 			const burst = 10000
-			works := make([]*comm.Work, burst)
+			works := make([]*comm.Promise, burst)
 			for i := range works {
-				works[i] = comm.NewWork(comm.OpAllReduce)
+				works[i] = comm.NewPromise(comm.OpAllReduce)
 				works[i].MarkStarted()
 				works[i].Complete(nil)
 			}

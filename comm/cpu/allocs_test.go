@@ -42,13 +42,13 @@ func allocsPerAllReduce(t *testing.T, g *group, bufs []comm.Buffer, warm, runs i
 	// Every run of AllocsPerRun (plus its warm-up run) and the warm-up
 	// ops take one prepared op per rank.
 	total := warm + runs + 1
-	ops, works := make([][]*comm.Op, n), make([][]*comm.Work, n)
+	ops, works := make([][]*comm.Op, n), make([][]*comm.Promise, n)
 	for r := range n {
 		for i := range total {
 			fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: uint64(i + 1), Op: comm.OpAllReduce,
 				DType: comm.Float32, Count: int64(bufs[r].Len()), Root: -1, RedOp: comm.RedSum, Shape: bufs[r].ShapeKey()}
 			ops[r] = append(ops[r], &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[r]}})
-			works[r] = append(works[r], comm.NewWork(comm.OpAllReduce))
+			works[r] = append(works[r], comm.NewPromise(comm.OpAllReduce))
 		}
 	}
 	ctx := context.Background()
@@ -59,7 +59,7 @@ func allocsPerAllReduce(t *testing.T, g *group, bufs []comm.Buffer, warm, runs i
 		for i := range next {
 			setF(bufs[1], 0, 2)
 			g.engines[1].Launch(ops[1][i], works[1][i])
-			done <- works[1][i].Wait(ctx)
+			done <- works[1][i].Work().Wait(ctx)
 		}
 	}()
 	defer close(next)
@@ -68,7 +68,7 @@ func allocsPerAllReduce(t *testing.T, g *group, bufs []comm.Buffer, warm, runs i
 		setF(bufs[0], 0, 1)
 		next <- i
 		g.engines[0].Launch(ops[0][i], works[0][i])
-		if err := works[0][i].Wait(ctx); err != nil {
+		if err := works[0][i].Work().Wait(ctx); err != nil {
 			t.Fatalf("op %d rank 0: %v", i, err)
 		}
 		if err := <-done; err != nil {

@@ -38,9 +38,9 @@ func benchAllReduceN(b *testing.B, n int, opts Options, nbytes int) {
 			go func() {
 				defer wg.Done()
 				fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: g.seq, Op: comm.OpAllReduce, DType: comm.Float32, Count: int64(count), Root: -1, RedOp: comm.RedSum}
-				w := comm.NewWork(comm.OpAllReduce)
-				e.Launch(&comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[r]}}, w)
-				if err := w.Wait(context.Background()); err != nil {
+				p := comm.NewPromise(comm.OpAllReduce)
+				e.Launch(&comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[r]}}, p)
+				if err := p.Work().Wait(context.Background()); err != nil {
 					b.Error(err)
 				}
 			}()

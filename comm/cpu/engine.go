@@ -61,7 +61,7 @@ type Engine struct {
 
 type task struct {
 	op *comm.Op
-	w  *comm.Work
+	p  *comm.Promise
 }
 
 // Factory returns a comm.BackendFactory that creates CPU engines with opts.
@@ -164,17 +164,17 @@ func (e *Engine) Rank() int { return e.cfg.Rank }
 // Size is the group size.
 func (e *Engine) Size() int { return e.cfg.Size }
 
-// Launch queues op on the engine's stream; w completes when it ran (nil) or
+// Launch queues op on the engine's stream; pr completes when it ran (nil) or
 // failed (*comm.MismatchError, *comm.TransportError, *comm.AbortedError,
 // *comm.EngineError, or an error wrapping comm.ErrClosed).
-func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
+func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	if err := e.stopped(); err != nil {
-		w.Complete(err)
+		pr.Complete(err)
 		return
 	}
-	w.SetInline(e)
+	pr.SetInline(e)
 	e.qmu.Lock()
-	e.queue = append(e.queue, task{op, w})
+	e.queue = append(e.queue, task{op, pr})
 	e.qmu.Unlock()
 	select {
 	case e.qwake <- struct{}{}:
@@ -191,7 +191,7 @@ func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
 // progress goroutine runs it (run, the same error mapping, Complete).
 func (e *Engine) RunInline(w *comm.Work) bool {
 	e.qmu.Lock()
-	if e.running || len(e.queue) == 0 || e.queue[0].w != w || e.ctl.Stopped.Load() {
+	if e.running || len(e.queue) == 0 || e.queue[0].p.Work() != w || e.ctl.Stopped.Load() {
 		e.qmu.Unlock()
 		return false
 	}
@@ -200,7 +200,7 @@ func (e *Engine) RunInline(w *comm.Work) bool {
 	e.inline.Add(1)
 	e.qmu.Unlock()
 	defer e.inline.Done()
-	t.w.Complete(e.run(t.op, t.w))
+	t.p.Complete(e.run(t.op, t.p))
 	e.qmu.Lock()
 	e.running = false
 	more := len(e.queue) > 0
@@ -382,11 +382,11 @@ func (e *Engine) progress() {
 			e.queue = nil
 			e.qmu.Unlock()
 			for _, t := range q {
-				t.w.Complete(e.stopped())
+				t.p.Complete(e.stopped())
 			}
 			return
 		}
-		t.w.Complete(e.run(t.op, t.w))
+		t.p.Complete(e.run(t.op, t.p))
 		e.qmu.Lock()
 		e.running = false
 		e.qmu.Unlock()
@@ -394,7 +394,7 @@ func (e *Engine) progress() {
 }
 
 // run executes one task and maps internal errors to the engine's typed ones.
-func (e *Engine) run(op *comm.Op, w *comm.Work) error {
+func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 	if err := e.stopped(); err != nil {
 		return err
 	}
@@ -416,11 +416,11 @@ func (e *Engine) run(op *comm.Op, w *comm.Work) error {
 		}
 		return err
 	}
-	w.MarkStarted()
+	pr.MarkStarted()
 	if err := e.validate(op); err != nil {
 		return err
 	}
-	err := e.execSafe(op, w)
+	err := e.execSafe(op, pr)
 	if err == nil {
 		// An abort is final: an op that ends after a peer's abort notice
 		// (or our own failure) arrived does not succeed, even if it got
@@ -467,16 +467,16 @@ func (e *Engine) fatalNow() error { return e.fatal.forSeq(e.opSeq.Load()) }
 // execSafe executes op and flushes its sends. A panic (a bug, or buffers
 // that do not match the op's counts) becomes an *comm.EngineError instead
 // of taking the process down; the communicator is then broken.
-func (e *Engine) execSafe(op *comm.Op, w *comm.Work) (err error) {
+func (e *Engine) execSafe(op *comm.Op, pr *comm.Promise) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &comm.EngineError{Engine: "cpu", Rank: e.cfg.Rank, FP: op.FP, Msg: fmt.Sprintf("internal error: %v", p)}
 		}
 	}()
 	if op.Type == comm.OpCoalesced {
-		err = e.execCoalesced(op, w)
+		err = e.execCoalesced(op, pr)
 	} else {
-		err = e.exec(op, w)
+		err = e.exec(op, pr)
 	}
 	if err == nil {
 		err = e.mesh.Flush()

@@ -21,9 +21,9 @@ import (
 )
 
 func launch(e *Engine, op *comm.Op) *comm.Work {
-	w := comm.NewWork(op.Type)
-	e.Launch(op, w)
-	return w
+	p := comm.NewPromise(op.Type)
+	e.Launch(op, p)
+	return p.Work()
 }
 
 func waitT(t *testing.T, w *comm.Work, d time.Duration) error {

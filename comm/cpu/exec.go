@@ -12,33 +12,33 @@ import (
 // exec runs one op (not Coalesced) on the mesh, with the agreement step
 // its kind needs (agree.go): before the data of a rooted collective, after
 // the data of one whose per-rank sizes the fingerprint does not fix.
-func (e *Engine) exec(op *comm.Op, w *comm.Work) error {
+func (e *Engine) exec(op *comm.Op, pr *comm.Promise) error {
 	e.mesh.Begin(opContext(op))
 	if e.mesh.Size() == 1 {
-		return e.execData(op, w)
+		return e.execData(op, pr)
 	}
 	switch {
 	case op.Type == comm.OpBroadcast && e.useFlat(op.In[0].Len()*op.In[0].DType().Size()):
 		// Its slots carry every rank's fingerprint: no agreement first.
-		return e.execData(op, w)
+		return e.execData(op, pr)
 	case op.Type.IsRooted():
 		if err := agreeDissemination(e.mesh); err != nil {
 			return err
 		}
-		return e.execData(op, w)
+		return e.execData(op, pr)
 	case op.Type == comm.OpAllGatherV || op.Type == comm.OpReduceScatterV ||
 		op.Type == comm.OpAllToAll && (op.SendCounts != nil || op.RecvCounts != nil):
-		if err := e.execData(op, w); err != nil {
+		if err := e.execData(op, pr); err != nil {
 			return err
 		}
 		return agreeDissemination(e.mesh)
 	}
-	return e.execData(op, w)
+	return e.execData(op, pr)
 }
 
 // execData moves one op's data. It is the only place that knows the
 // buffer forms of comm.Op; the algorithms see byte blocks.
-func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
+func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 	m := e.mesh
 	n, r := m.Size(), m.Rank()
 	switch op.Type {
@@ -122,7 +122,7 @@ func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 		if err != nil {
 			return err
 		}
-		w.SetSource(src)
+		pr.SetSource(src)
 		return nil
 	}
 	return &comm.EngineError{Engine: "cpu", Rank: r, FP: op.FP, Msg: fmt.Sprintf("op %v is not supported by the cpu engine", op.Type)}
@@ -133,7 +133,7 @@ func (e *Engine) execData(op *comm.Op, w *comm.Work) error {
 // that a batch is deadlock-free whatever order the ranks listed it in (as
 // ncclGroupStart/End), and sends to self are copied into their paired
 // receives from self (comm.SelfPairs); otherwise children run in order.
-func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
+func (e *Engine) execCoalesced(op *comm.Op, pr *comm.Promise) error {
 	allP2P := true
 	children := make([]*comm.Op, len(op.Children))
 	for i, c := range op.Children {
@@ -153,9 +153,9 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 		for _, c := range children {
 			var err error
 			if c.Type == comm.OpCoalesced {
-				err = e.execCoalesced(c, w)
+				err = e.execCoalesced(c, pr)
 			} else {
-				err = e.exec(c, w)
+				err = e.exec(c, pr)
 			}
 			if err != nil {
 				return err
@@ -195,7 +195,7 @@ func (e *Engine) execCoalesced(op *comm.Op, w *comm.Work) error {
 			if err != nil {
 				return err
 			}
-			w.SetSource(src)
+			pr.SetSource(src)
 		}
 	}
 	return m.Flush()

@@ -74,9 +74,10 @@ func (g *group) run(mk func(r int, fp func(comm.OpType, comm.DType, int, int, co
 	works := make([]*comm.Work, n)
 	for r, e := range g.engines {
 		op := mk(r, g.fp)
-		works[r] = comm.NewWork(op.Type)
-		works[r].SetSeq(g.seq)
-		e.Launch(op, works[r])
+		p := comm.NewPromise(op.Type)
+		p.SetSeq(g.seq)
+		e.Launch(op, p)
+		works[r] = p.Work()
 	}
 	errs := make([]error, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

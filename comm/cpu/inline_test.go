@@ -32,36 +32,36 @@ func TestRunInline(t *testing.T) {
 
 	// Seq 1 and 2 queued on rank 0; rank 1 has not launched yet.
 	setF(bufs[0], 0, 1)
-	w01, w02 := comm.NewWork(comm.OpAllReduce), comm.NewWork(comm.OpAllReduce)
+	w01, w02 := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
 	g.engines[0].Launch(op(0, 1), w01)
 	g.engines[0].Launch(op(0, 2), w02)
-	if g.engines[0].RunInline(w02) {
+	if g.engines[0].RunInline(w02.Work()) {
 		t.Fatal("RunInline ran seq 2 ahead of seq 1")
 	}
 	// Rank 1 runs its two ops on its own goroutine (through Wait: inline).
 	done := make(chan error, 1)
 	go func() {
 		setF(bufs[1], 0, 2)
-		w11, w12 := comm.NewWork(comm.OpAllReduce), comm.NewWork(comm.OpAllReduce)
+		w11, w12 := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
 		g.engines[1].Launch(op(1, 1), w11)
 		g.engines[1].Launch(op(1, 2), w12)
-		err := w11.Wait(ctx)
+		err := w11.Work().Wait(ctx)
 		if err == nil {
-			err = w12.Wait(ctx)
+			err = w12.Work().Wait(ctx)
 		}
 		done <- err
 	}()
 	// Rank 0's seq 1 is the head of an idle stream: the waiter runs it.
-	if !g.engines[0].RunInline(w01) {
+	if !g.engines[0].RunInline(w01.Work()) {
 		t.Fatal("RunInline refused the head of an idle stream")
 	}
-	if !w01.IsCompleted() || w01.Err() != nil {
-		t.Fatalf("seq 1 after RunInline: completed %v, %v", w01.IsCompleted(), w01.Err())
+	if !w01.Work().IsCompleted() || w01.Work().Err() != nil {
+		t.Fatalf("seq 1 after RunInline: completed %v, %v", w01.Work().IsCompleted(), w01.Work().Err())
 	}
 	if got := getF(bufs[0], 0); got != 3 {
 		t.Fatalf("seq 1: %v, want 1+2", got)
 	}
-	if err := w02.Wait(ctx); err != nil {
+	if err := w02.Work().Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -74,30 +74,30 @@ func TestRunInline(t *testing.T) {
 	// A Wait whose ctx may end first (a deadline) does not run the op: it
 	// returns the ctx's error while the op stays queued behind nothing but
 	// the missing peer.
-	w03 := comm.NewWork(comm.OpAllReduce)
+	w03 := comm.NewPromise(comm.OpAllReduce)
 	g.engines[0].Launch(op(0, 3), w03)
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if err := w03.Wait(dctx); err != context.DeadlineExceeded {
+	if err := w03.Work().Wait(dctx); err != context.DeadlineExceeded {
 		t.Fatalf("Wait with a deadline: %v, want the ctx's error", err)
 	}
-	w13 := comm.NewWork(comm.OpAllReduce)
+	w13 := comm.NewPromise(comm.OpAllReduce)
 	g.engines[1].Launch(op(1, 3), w13)
-	if err := w13.Wait(ctx); err != nil {
+	if err := w13.Work().Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := w03.Wait(ctx); err != nil {
+	if err := w03.Work().Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	// A stopped engine refuses; its op fails as before.
-	w04 := comm.NewWork(comm.OpAllReduce)
+	w04 := comm.NewPromise(comm.OpAllReduce)
 	g.engines[0].Launch(op(0, 4), w04)
 	g.engines[0].Abort(nil)
-	if g.engines[0].RunInline(w04) {
+	if g.engines[0].RunInline(w04.Work()) {
 		t.Fatal("RunInline ran an op on an aborted engine")
 	}
-	if err := w04.Wait(ctx); err == nil {
+	if err := w04.Work().Wait(ctx); err == nil {
 		t.Fatal("op on an aborted engine succeeded")
 	}
 }

@@ -36,9 +36,9 @@ func benchSync(b *testing.B, e *nccl.Engine, op *comm.Op) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		w := comm.NewWork(comm.OpAllReduce)
-		e.Launch(op, w)
-		if err := w.Wait(ctx); err != nil {
+		p := comm.NewPromise(comm.OpAllReduce)
+		e.Launch(op, p)
+		if err := p.Work().Wait(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -49,14 +49,14 @@ func benchSync(b *testing.B, e *nccl.Engine, op *comm.Op) {
 func BenchmarkAllReduce4BPipelined(b *testing.B) {
 	e, op := engineFor(b, nccl.Options{EagerInit: true})
 	ctx := context.Background()
-	ws := make([]*comm.Work, b.N)
+	ws := make([]*comm.Promise, b.N)
 	b.ResetTimer()
 	for i := range ws {
-		ws[i] = comm.NewWork(comm.OpAllReduce)
+		ws[i] = comm.NewPromise(comm.OpAllReduce)
 		e.Launch(op, ws[i])
 	}
 	for _, w := range ws {
-		if err := w.Wait(ctx); err != nil {
+		if err := w.Work().Wait(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

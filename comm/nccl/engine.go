@@ -43,7 +43,7 @@ type Engine struct {
 
 	mu    sync.Mutex // guards comms and live
 	comms map[commKey]*communicator
-	live  map[*comm.Work]struct{}
+	live  map[*comm.Promise]struct{}
 
 	info atomic.Pointer[DeviceInfo] // set once bound
 
@@ -57,13 +57,13 @@ type Engine struct {
 
 type request struct {
 	op *comm.Op
-	w  *comm.Work
+	pr *comm.Promise
 }
 
 // pending is a launched op: its Work completes when ev completes. op stays
 // referenced (and with it the caller's buffers) until then.
 type pending struct {
-	w    *comm.Work
+	pr   *comm.Promise
 	op   *comm.Op
 	ev   cuda.Event
 	c    *communicator
@@ -109,7 +109,7 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 		cfg: cfg, opts: opts, cu: cu, nc: nc,
 		reqs: make(chan request, 1024), quit: make(chan struct{}), abortCh: make(chan struct{}), done: make(chan struct{}),
 		life: life, cancel: cancel,
-		comms: make(map[commKey]*communicator), live: make(map[*comm.Work]struct{}),
+		comms: make(map[commKey]*communicator), live: make(map[*comm.Promise]struct{}),
 		log: cfg.Log.With().Str("engine", "nccl").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).
 			Int("group_rank", cfg.Rank).Int("device", cfg.Device).Logger(),
 	}
@@ -141,27 +141,27 @@ func (e *Engine) Size() int { return e.cfg.Size }
 
 // Launch hands op to the launch goroutine and returns. Buffers must be
 // device buffers on the engine's device (comm.DeviceBuffer); the op is
-// ordered after work already queued on each buffer's stream. w completes
+// ordered after work already queued on each buffer's stream. pr completes
 // once the op's end event completes, or fails with *comm.EngineError
 // (NCCL error or async error), *comm.AbortedError, an error wrapping
 // comm.ErrClosed, comm.ErrUnsupported (host buffers, bitwise reductions,
 // AnySource receives) or an *InitTimeoutError (lazy init).
-func (e *Engine) Launch(op *comm.Op, w *comm.Work) {
-	w.SetSpinWait(e.opts.SpinWait)
+func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
+	pr.SetSpinWait(e.opts.SpinWait)
 	// Checked under mu: stop stores the stop error before it snapshots
 	// live, so w is either refused here or failed by stop.
 	e.mu.Lock()
 	if err := e.stopped(); err != nil {
 		e.mu.Unlock()
-		w.Complete(err)
+		pr.Complete(err)
 		return
 	}
-	e.live[w] = struct{}{}
+	e.live[pr] = struct{}{}
 	e.mu.Unlock()
 	select {
-	case e.reqs <- request{op, w}:
+	case e.reqs <- request{op, pr}:
 	case <-e.abortCh:
-		e.finish(w, e.stopped())
+		e.finish(pr, e.stopped())
 	}
 }
 
@@ -187,9 +187,9 @@ func (e *Engine) stop(err error) {
 	for _, c := range e.comms {
 		cs = append(cs, c)
 	}
-	ws := make([]*comm.Work, 0, len(e.live))
-	for w := range e.live {
-		ws = append(ws, w)
+	ws := make([]*comm.Promise, 0, len(e.live))
+	for pr := range e.live {
+		ws = append(ws, pr)
 	}
 	clear(e.live)
 	e.mu.Unlock()
@@ -199,8 +199,8 @@ func (e *Engine) stop(err error) {
 		}
 	}
 	stopErr := *e.stopErr.Load()
-	for _, w := range ws {
-		w.Complete(stopErr)
+	for _, pr := range ws {
+		pr.Complete(stopErr)
 	}
 }
 
@@ -257,12 +257,12 @@ func (e *Engine) Close() error {
 	}
 }
 
-// finish completes w with err and forgets it.
-func (e *Engine) finish(w *comm.Work, err error) {
+// finish completes pr with err and forgets it.
+func (e *Engine) finish(pr *comm.Promise, err error) {
 	e.mu.Lock()
-	delete(e.live, w)
+	delete(e.live, pr)
 	e.mu.Unlock()
-	w.Complete(err)
+	pr.Complete(err)
 }
 
 // loop is the launch goroutine.
@@ -331,12 +331,12 @@ func (e *Engine) loop(ctx context.Context, ready chan<- error) {
 				// flight with the engine error naming each op.
 				e.mu.Lock()
 				for _, p := range inflight {
-					delete(e.live, p.w)
+					delete(e.live, p.pr)
 				}
 				e.mu.Unlock()
 				e.Abort(err)
 				for _, p := range inflight {
-					p.w.Complete(&comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: p.op.FP, Msg: msg})
+					p.pr.Complete(&comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: p.op.FP, Msg: msg})
 				}
 			}
 		}
@@ -434,24 +434,24 @@ func (e *Engine) DeviceInfo() DeviceInfo {
 // handle launches one request and returns the updated in-flight list.
 func (e *Engine) handle(r request, inflight []*pending) []*pending {
 	if err := e.stopped(); err != nil {
-		e.finish(r.w, err)
+		e.finish(r.pr, err)
 		return inflight
 	}
-	r.w.MarkStarted()
+	r.pr.MarkStarted()
 	hang, err := e.injectFault(r.op)
 	if err != nil {
-		e.finish(r.w, err)
+		e.finish(r.pr, err)
 		return inflight
 	}
 	if hang {
-		return append(inflight, &pending{w: r.w, op: r.op, hung: true})
+		return append(inflight, &pending{pr: r.pr, op: r.op, hung: true})
 	}
 	if err := e.validate(r.op); err != nil {
-		e.finish(r.w, err)
+		e.finish(r.pr, err)
 		return inflight
 	}
 	if e.initErr != nil {
-		e.finish(r.w, e.initErr)
+		e.finish(r.pr, e.initErr)
 		return inflight
 	}
 	c, err := e.getComm(e.life)
@@ -461,7 +461,7 @@ func (e *Engine) handle(r request, inflight []*pending) []*pending {
 		} else {
 			e.initErr = err
 		}
-		e.finish(r.w, err)
+		e.finish(r.pr, err)
 		return inflight
 	}
 	ev, err := e.launch(c, r.op)
@@ -469,10 +469,10 @@ func (e *Engine) handle(r request, inflight []*pending) []*pending {
 		if s := e.stopped(); s != nil {
 			err = s
 		}
-		e.finish(r.w, err)
+		e.finish(r.pr, err)
 		return inflight
 	}
-	return append(inflight, &pending{w: r.w, op: r.op, ev: ev, c: c})
+	return append(inflight, &pending{pr: r.pr, op: r.op, ev: ev, c: c})
 }
 
 // poll completes the in-flight ops whose end events are done. Ops on one
@@ -493,12 +493,12 @@ func (e *Engine) poll(inflight []*pending) []*pending {
 			break
 		}
 		if err != nil {
-			e.finish(p.w, &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: p.op.FP, Msg: err.Error()})
+			e.finish(p.pr, &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: p.op.FP, Msg: err.Error()})
 		} else {
 			if p.op.Type == comm.OpRecv {
-				p.w.SetSource(p.op.Peer)
+				p.pr.SetSource(p.op.Peer)
 			}
-			e.finish(p.w, e.stopped()) // nil unless aborted meanwhile (then already failed)
+			e.finish(p.pr, e.stopped()) // nil unless aborted meanwhile (then already failed)
 		}
 		e.evPool = append(e.evPool, p.ev)
 		n++

@@ -123,9 +123,9 @@ func wait(t testing.TB, w *comm.Work, d time.Duration) error {
 }
 
 func launch(e *nccl.Engine, op *comm.Op) *comm.Work {
-	w := comm.NewWork(op.Type)
-	e.Launch(op, w)
-	return w
+	p := comm.NewPromise(op.Type)
+	e.Launch(op, p)
+	return p.Work()
 }
 
 func fp(t comm.OpType, dt comm.DType, n int, seq uint64) comm.Fingerprint {

@@ -41,17 +41,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree"
+	"github.com/ranktree/ranktree/examples/internal/mnistjob"
 	"github.com/ranktree/ranktree/examples/mnist/internal/job"
 	"github.com/ranktree/ranktree/store"
 )
@@ -61,17 +58,17 @@ func main() {
 }
 
 func run(args []string) int {
-	o, err := job.ParseFlags(args, os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+	var o job.Options
+	parse := func() (err error) {
+		o, err = job.ParseFlags(args, os.Stderr)
+		return err
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	return mnistjob.Run("mnist", parse, func(ctx context.Context) error { return train(ctx, o) })
+}
 
+// train runs one rank: Init (as a single process with an in-memory store
+// when RANK is not set), the training job, Close.
+func train(ctx context.Context, o job.Options) error {
 	var opts []ranktree.Option
 	if _, ok := os.LookupEnv(ranktree.EnvRank); !ok {
 		// Not launched by rankrunner: run as a single rank with an
@@ -82,8 +79,7 @@ func run(args []string) int {
 	}
 	rt, err := ranktree.Init(ctx, opts...)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "mnist: ranktree.Init: %v\n", err)
-		return 1
+		return fmt.Errorf("ranktree.Init: %w", err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -97,8 +93,7 @@ func run(args []string) int {
 	o.ReducerStats = rt.RegisterReducerMetrics // a no-op without RANKTREE_METRICS_ADDR
 	if _, err := job.Run(ctx, o, rt.World(), log, os.Stdout, os.Stderr); err != nil {
 		log.Error().Err(err).Int("rank", rt.Rank()).Msg("mnist failed")
-		fmt.Fprintf(os.Stderr, "mnist: rank %d of %d: %v\n", rt.Rank(), rt.WorldSize(), err)
-		return 1
+		return fmt.Errorf("rank %d of %d: %w", rt.Rank(), rt.WorldSize(), err)
 	}
-	return 0
+	return nil
 }

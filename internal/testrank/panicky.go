@@ -17,9 +17,9 @@ type panicky struct {
 	seq uint64
 }
 
-func (b *panicky) Launch(op *comm.Op, w *comm.Work) {
+func (b *panicky) Launch(op *comm.Op, p *comm.Promise) {
 	if op.FP.Seq == b.seq && !comm.UsesP2PSeq(op) {
 		panic(fmt.Sprintf("injected panic at seq %d", b.seq))
 	}
-	b.Backend.Launch(op, w)
+	b.Backend.Launch(op, p)
 }

@@ -20,11 +20,11 @@ type Recorder struct {
 
 	mu       sync.Mutex
 	ops      []*comm.Op
-	held     []*comm.Work
+	held     []*comm.Promise
 	hold     bool
 	aborted  error
 	closed   bool
-	onLaunch func(op *comm.Op, w *comm.Work)
+	onLaunch func(op *comm.Op, p *comm.Promise)
 }
 
 // NewRecorder returns a Recorder for group rank rank of size.
@@ -48,35 +48,35 @@ func (r *Recorder) SetHold(hold bool) {
 
 // OnLaunch installs a hook run (outside the lock) for every launched op
 // before it is completed; the hook may panic to test engine failures.
-func (r *Recorder) OnLaunch(f func(op *comm.Op, w *comm.Work)) {
+func (r *Recorder) OnLaunch(f func(op *comm.Op, p *comm.Promise)) {
 	r.mu.Lock()
 	r.onLaunch = f
 	r.mu.Unlock()
 }
 
-// Launch records op and completes w unless holding.
-func (r *Recorder) Launch(op *comm.Op, w *comm.Work) {
+// Launch records op and completes p unless holding.
+func (r *Recorder) Launch(op *comm.Op, p *comm.Promise) {
 	r.mu.Lock()
 	r.ops = append(r.ops, op)
 	hook, hold, aborted, closed := r.onLaunch, r.hold, r.aborted, r.closed
 	if hold && aborted == nil && !closed {
-		r.held = append(r.held, w)
+		r.held = append(r.held, p)
 	}
 	r.mu.Unlock()
 	if op.Type == comm.OpAllGather || op.Type == comm.OpAllGatherV {
 		echoGather(op, r.size) // before the hook, which may overwrite it
 	}
 	if hook != nil {
-		hook(op, w)
+		hook(op, p)
 	}
 	switch {
 	case aborted != nil:
-		w.Complete(&comm.AbortedError{Group: "recorder", Reason: aborted})
+		p.Complete(&comm.AbortedError{Group: "recorder", Reason: aborted})
 	case closed:
-		w.Complete(comm.ErrClosed)
+		p.Complete(comm.ErrClosed)
 	case hold:
 	default:
-		w.MarkStarted()
+		p.MarkStarted()
 		if op.Type == comm.OpRecv {
 			src := op.Peer
 			if src == comm.AnySource {
@@ -85,9 +85,9 @@ func (r *Recorder) Launch(op *comm.Op, w *comm.Work) {
 					src = 1
 				}
 			}
-			w.SetSource(src)
+			p.SetSource(src)
 		}
-		w.Complete(nil)
+		p.Complete(nil)
 	}
 }
 
@@ -97,8 +97,8 @@ func (r *Recorder) Release(err error) {
 	held := r.held
 	r.held = nil
 	r.mu.Unlock()
-	for _, w := range held {
-		w.Complete(err)
+	for _, p := range held {
+		p.Complete(err)
 	}
 }
 

@@ -37,21 +37,21 @@ func TestWatchdogAbortOverNATS(t *testing.T) {
 		}
 		wds[rank].Register(spec, engs[rank], engs[rank])
 	}
-	w0, w1 := comm.NewWork(comm.OpAllReduce), comm.NewWork(comm.OpAllReduce)
+	w0, w1 := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
 	wds[0].Track("default_pg", fpAt(1), 0, w0)
 	wds[1].Track("default_pg", fpAt(1), 0, w1)
 	w0.MarkStarted()
 
-	if err := waitWork(t, w0, 20*time.Second); !errors.Is(err, comm.ErrTimeout) {
+	if err := waitWork(t, w0.Work(), 20*time.Second); !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("rank 0: %v", err)
 	}
-	failed0 := w0.Timings().Completed
-	err1 := waitWork(t, w1, 20*time.Second)
+	failed0 := w0.Work().Timings().Completed
+	err1 := waitWork(t, w1.Work(), 20*time.Second)
 	var re *comm.RemoteAbortError
 	if !errors.As(err1, &re) || re.Relay != 0 || re.Rank != 1 {
 		t.Fatalf("rank 1: %v, want ErrRemoteAbort reported by rank 0, blaming rank 1 (never reached the op)", err1)
 	}
-	lag := w1.Timings().Completed.Sub(failed0)
+	lag := w1.Work().Timings().Completed.Sub(failed0)
 	t.Logf("rank 1 failed %v after rank 0's timeout", lag)
 	if lag > 2*time.Second {
 		t.Errorf("abort propagation took %v (goal: within 1 s)", lag)

@@ -117,14 +117,14 @@ func TestWatchdogTimesOutHungStream(t *testing.T) {
 	fp := comm.Fingerprint{Group: comm.GroupHash("default_pg"), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, RedOp: comm.RedSum, Count: 16, Root: -1}
 	op := &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum,
 		In: []comm.Buffer{comm.DeviceBuffer(uintptr(data), 16, comm.Float32, 0, uintptr(caller))}}
-	w := comm.NewWork(comm.OpAllReduce)
-	w.SetSeq(1)
-	wd.Track("default_pg", fp, 300*time.Millisecond, w)
-	e.Launch(op, w)
+	p := comm.NewPromise(comm.OpAllReduce)
+	p.SetSeq(1)
+	wd.Track("default_pg", fp, 300*time.Millisecond, p)
+	e.Launch(op, p)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = w.Wait(ctx)
+	err = p.Work().Wait(ctx)
 	if !errors.Is(err, comm.ErrTimeout) {
 		t.Fatalf("hung op: %v; want ErrTimeout from the watchdog", err)
 	}
@@ -132,10 +132,10 @@ func TestWatchdogTimesOutHungStream(t *testing.T) {
 	// The watchdog aborts the communicator: later ops fail with ErrAborted.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		w2 := comm.NewWork(comm.OpBarrier)
+		w2 := comm.NewPromise(comm.OpBarrier)
 		e.Launch(&comm.Op{Type: comm.OpBarrier}, w2)
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-		err2 := w2.Wait(ctx2)
+		err2 := w2.Work().Wait(ctx2)
 		cancel2()
 		if errors.Is(err2, comm.ErrAborted) {
 			break
@@ -183,14 +183,14 @@ func TestWatchdogSeesAsyncError(t *testing.T) {
 	fakegpu.Set("async_error_after", 0)
 	defer fakegpu.Reset()
 	buf := comm.DeviceBuffer(uintptr(data), 16, comm.Float32, 0, 0)
-	w := comm.NewWork(comm.OpAllReduce)
-	e.Launch(&comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}}, w)
-	_ = w.Wait(context.Background())
+	p := comm.NewPromise(comm.OpAllReduce)
+	e.Launch(&comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}}, p)
+	_ = p.Work().Wait(context.Background())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		w2 := comm.NewWork(comm.OpBarrier)
+		w2 := comm.NewPromise(comm.OpBarrier)
 		e.Launch(&comm.Op{Type: comm.OpBarrier}, w2)
-		err2 := w2.Wait(context.Background())
+		err2 := w2.Work().Wait(context.Background())
 		if errors.Is(err2, comm.ErrAborted) {
 			t.Logf("after the async error: %v", err2)
 			break

@@ -95,7 +95,15 @@ func (o *Options) Parse(fs *flag.FlagSet, args []string, stderr io.Writer) error
 // SIGTERM, and returns the exit status: 0 on success (and for -h), 1 when
 // train fails (the error is printed), 2 for bad flags.
 func Main(fs *flag.FlagSet, o *Options, args []string, train func(context.Context) error) int {
-	err := o.Parse(fs, args, os.Stderr)
+	return Run(o.Name, func() error { return o.Parse(fs, args, os.Stderr) }, train)
+}
+
+// Run is the exit-status skeleton every MNIST example shares: it calls
+// parse (flag.ErrHelp gives 0; any other error is printed and gives 2),
+// then train under a context cancelled by SIGINT or SIGTERM (an error is
+// printed as "name: err" and gives 1; success gives 0).
+func Run(name string, parse func() error, train func(context.Context) error) int {
+	err := parse()
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -106,7 +114,7 @@ func Main(fs *flag.FlagSet, o *Options, args []string, train func(context.Contex
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := train(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", o.Name, err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	return 0

@@ -128,9 +128,9 @@ func run(n, warm int) error {
 	}
 	op := &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{b}}
 	if err := measure(n, warm, emit, "ranktree-engine", func() *comm.Work {
-		w := comm.NewWork(comm.OpAllReduce)
-		e.Launch(op, w)
-		return w
+		p := comm.NewPromise(comm.OpAllReduce)
+		e.Launch(op, p)
+		return p.Work()
 	}); err != nil {
 		return err
 	}

@@ -29,13 +29,13 @@ type fakeGroup struct {
 func (f *fakeGroup) record(name string, bufs string) *comm.Work {
 	f.calls = append(f.calls, name)
 	f.bufs = append(f.bufs, bufs)
-	w := comm.NewWork(comm.OpAllReduce)
+	p := comm.NewPromise(comm.OpAllReduce)
 	if f.failAt == len(f.calls) {
-		w.Complete(f.failErr)
+		p.Complete(f.failErr)
 	} else {
-		w.Complete(nil)
+		p.Complete(nil)
 	}
-	return w
+	return p.Work()
 }
 
 func (f *fakeGroup) Rank() int { return f.rank }

@@ -31,7 +31,7 @@ type memPart struct {
 	in, out comm.Buffer
 	op      comm.ReduceOp
 	root    int
-	w       *comm.Work
+	p       *comm.Promise // the group completes the part's Work once every rank issued it
 }
 
 type memGroup struct {
@@ -70,7 +70,7 @@ func (g *memGroup) AllGatherInto(ctx context.Context, out, in comm.Buffer, _ ...
 }
 
 func (g *memGroup) issue(p *memPart) *comm.Work {
-	p.w = comm.NewWork(p.typ)
+	p.p = comm.NewPromise(p.typ)
 	w := g.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -83,16 +83,16 @@ func (g *memGroup) issue(p *memPart) *comm.Work {
 	parts[g.rank] = p
 	for _, q := range parts {
 		if q == nil {
-			return p.w
+			return p.p.Work()
 		}
 	}
 	delete(w.slots, seq)
 	err := execute(parts)
 	for r, q := range parts {
 		w.ops[r]++
-		q.w.Complete(err)
+		q.p.Complete(err)
 	}
-	return p.w
+	return p.p.Work()
 }
 
 func execute(parts []*memPart) error {
