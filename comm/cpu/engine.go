@@ -308,9 +308,7 @@ func (e *Engine) stop(err error) bool {
 	if !e.stopErr.CompareAndSwap(nil, &err) {
 		return false
 	}
-	e.ctl.Stopped.Store(true)
-	close(e.ctl.Stop)
-	e.ctl.Poke() // rings this rank's bell if it sleeps on it
+	e.ctl.Halt()
 	if e.ln != nil {
 		_ = e.ln.Close()
 	}

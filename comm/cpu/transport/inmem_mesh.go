@@ -98,11 +98,9 @@ func (im *InmemMesh) Begin(op OpCtx) {
 // the links. Idempotent.
 func (im *InmemMesh) Close() {
 	for r, c := range im.ctls {
-		if c == nil || c.Stopped.Swap(true) {
+		if c == nil || !c.Halt() {
 			continue
 		}
-		close(c.Stop)
-		c.Poke()
 		for _, l := range im.links[r] {
 			if l != nil {
 				l.Close()

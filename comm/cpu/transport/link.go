@@ -119,6 +119,18 @@ func NewCtl() *Ctl {
 	return &Ctl{Stop: make(chan struct{}), notify: make(chan struct{}, 1), Fatal: func() error { return nil }}
 }
 
+// Halt stops c: every wait of its links and meshes returns ErrStopped
+// within one pause (Stopped, Stop closed, a sleeping rank woken). It
+// reports whether this call stopped it. Safe from any goroutine.
+func (c *Ctl) Halt() bool {
+	if c.Stopped.Swap(true) {
+		return false
+	}
+	close(c.Stop)
+	c.Poke() // rings this rank's bell if it sleeps on it
+	return true
+}
+
 // Poke wakes the progress goroutine if it waits on notify.
 func (c *Ctl) Poke() {
 	select {
