@@ -31,7 +31,7 @@
 //	RANKTREE_RESTART_COUNT                                       default 0 (TORCHELASTIC_RESTART_COUNT)
 //	RANKTREE_STORE_TIMEOUT                                       store/init-barrier timeout, default 5m
 //	RANKTREE_TIMEOUT                                             collective default timeout, default 10m (see package supervisor)
-//	RANKTREE_ACTOR_PANIC                                         escalate (default) or restart: what an actor panic leads to (restart.go)
+//	RANKTREE_ACTOR_PANIC                                         escalate (default) or restart: what an actor panic leads to (groups.go)
 //	RANKTREE_TRANSPORT, RANKTREE_BACKEND                         CPU engine transport (auto, shm, tcp); engine (cpu, nccl)
 //	RANKTREE_SOCKET_IFNAME, RANKTREE_LISTEN_HOST,
 //	RANKTREE_ADVERTISE_HOST                                      where the CPU engine listens and what peers dial (cpuenv.go)

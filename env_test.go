@@ -30,8 +30,8 @@ func TestReadEnvParsesEveryVariable(t *testing.T) {
 		EnvHostID: "hA", EnvListenHost: "0.0.0.0", EnvFault: "hang@rank=1,seq=5",
 		supervisor.EnvTimeout: "30s", EnvMetricsAddr: "127.0.0.1:0", "RANKTREE_METRICS_ADDR_FILE": "/tmp/x",
 	})
-	if e.Rank != (envInt{3, true}) || e.WorldSize.Value != 8 || e.LocalRank.Value != 1 || e.LocalWorldSize.Value != 4 ||
-		e.NodeRank != (envInt{1, true}) || e.RestartCount.Value != 2 {
+	if e.Rank != (envInt{Value: 3, Set: true}) || e.WorldSize.Value != 8 || e.LocalRank.Value != 1 || e.LocalWorldSize.Value != 4 ||
+		e.NodeRank != (envInt{Value: 1, Set: true}) || e.RestartCount.Value != 2 {
 		t.Errorf("identity = %+v", e)
 	}
 	if e.NATSURL != "nats://h:4222" || e.Job != "j" || e.StoreTimeout != 90*time.Second || !e.StoreWait || e.Creds.Token != "tok" {

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/internal/groups"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -128,8 +129,8 @@ func TestInitAgainAfterClose(t *testing.T) {
 	for inc := uint32(0); inc < 2; inc++ {
 		rts := initRanks(t, st, n)
 		eachRank(t, rts, func(rt *Runtime) error {
-			if rt.Incarnation() != inc || rt.World().Epoch() != baseEpoch(inc) {
-				t.Errorf("rank %d: incarnation %d epoch %d, want %d and %d", rt.Rank(), rt.Incarnation(), rt.World().Epoch(), inc, baseEpoch(inc))
+			if rt.Incarnation() != inc || rt.World().Epoch() != groups.BaseEpoch(inc) {
+				t.Errorf("rank %d: incarnation %d epoch %d, want %d and %d", rt.Rank(), rt.Incarnation(), rt.World().Epoch(), inc, groups.BaseEpoch(inc))
 			}
 			return sumCheck(ctx, rt.World(), rt.Rank(), n)
 		})

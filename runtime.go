@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/ranktree/ranktree/internal/groups"
 	"github.com/ranktree/ranktree/internal/metrics"
 	"github.com/ranktree/ranktree/store"
 	"github.com/ranktree/ranktree/store/natsstore"
@@ -43,10 +44,11 @@ type Runtime struct {
 	closeErr error
 	done     chan struct{} // closed when teardown finished
 
-	// ---- process groups (lead: world.go / groups.go) ----
-	// Fields for the default group, NewGroup's registry and the engines go
-	// here; register their teardown with r.onClose.
-	grp groups // world.go
+	// grp owns the rank's process groups (internal/groups): set by Init,
+	// closed by Close. incarnation counts this process's earlier Inits of
+	// the same job and rank (groups.go).
+	grp         *groups.Manager
+	incarnation uint32
 
 	metrics    *metrics.Rank   // nil unless RANKTREE_METRICS_ADDR (metrics.go)
 	metricsSrv *metrics.Server // serves metrics; closed with the store

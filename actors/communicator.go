@@ -11,12 +11,18 @@
 //     the P2P counter for Send/Recv and all-P2P batches (comm.UsesP2PSeq).
 //  3. The Observer sees each op after its fingerprint is complete and
 //     before Backend.Launch (watchdog deadlines, flight recorder, events).
-//  4. Abort goes straight to the engine; Close drains the mailbox, stops the
-//     actor and closes the engine, bounded by its ctx.
+//  4. Abort goes straight to the engine; Close gives the last op
+//     CloseGrace, drains the mailbox, stops the actor and closes the
+//     engine, bounded by CloseBound and its ctx (communicator_life.go).
 //  5. A panic while the actor handles an op fails that op's Work with an
 //     *comm.EngineError naming the panic, then reaches the actor's
 //     supervisor (CommunicatorConfig.Parent) as a *Panic, whose policy
-//     decides what follows (supervisor.Root: restart or escalate).
+//     decides what follows (supervisor.Root: restart or escalate). The
+//     panic is also the communicator's AsyncError, which the watchdog
+//     polls (CommunicatorConfig.Supervise).
+//  6. Supervision is the communicator's own: with BlockingWait every Work
+//     gets its deadline, and a communicator replaced by a restart
+//     (Retire) fails later ops with comm.ErrAborted.
 package actors
 
 import (
@@ -96,6 +102,30 @@ type CommunicatorConfig struct {
 	// panic goes on to Parent (supervisor.Rank.ActorPanicked). It must not
 	// block.
 	OnPanic func(p *Panic)
+	// Supervise, if not nil, puts the new communicator under supervision
+	// before its actor starts and returns the Observer of its ops (it
+	// replaces Observer then): supervisor.Rank.AttachGroup, given the
+	// communicator itself as the engine to watch, so that the watchdog
+	// sees its AsyncError (the engine's or its own panic) and aborts it.
+	Supervise func(c *Communicator) Observer
+	// Rank is this process's global rank, named by the *comm.TimeoutError
+	// of BlockingWait.
+	Rank int
+	// BlockingWait gives every Work with an op timeout its deadline
+	// (RANKTREE_BLOCKING_WAIT, torch's TORCH_NCCL_BLOCKING_WAIT): Wait
+	// returns a *comm.TimeoutError once it has passed, whatever the
+	// watchdog does.
+	BlockingWait bool
+	// CloseGrace is how long Close lets the last submitted op finish
+	// before closing the engine under it (0: no wait). CloseBound, if
+	// positive, bounds closing the actor and the engine after that: a
+	// close still running then is left to finish in the background and
+	// Close reports it.
+	CloseGrace, CloseBound time.Duration
+	// OnClosed, if not nil, runs once after Close has closed the engine
+	// (the group's owner forgets the communicator and takes it off the
+	// watchdog).
+	OnClosed func(c *Communicator)
 }
 
 // Panic is the reason a communicator actor hands its supervisor when it
@@ -127,8 +157,16 @@ type Communicator struct {
 	pid     *actor.PID
 	backend comm.Backend
 	group   string
+	epoch   uint32
+	cfg     CommunicatorConfig
 	log     zerolog.Logger
 	state   *commActor
+
+	// retired is set when a restart replaces this communicator: later
+	// Submits fail with it (Retire).
+	retired atomic.Pointer[comm.AbortedError]
+	// last is the last Work submitted: Close's grace waits for it.
+	last atomic.Pointer[comm.Work]
 
 	// closed and senders make Close wait for Submits already past their
 	// closed check (a Dekker-style handshake on sequentially consistent
@@ -137,6 +175,9 @@ type Communicator struct {
 	senders  atomic.Int64
 	stopOnce sync.Once
 	stopErr  error
+
+	closeOnce sync.Once // CloseBy: grace, stop, OnClosed
+	closeErr  error
 }
 
 // launchMsg is the one message per op. Messages are pooled: the actor
@@ -198,17 +239,31 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 	if disp == nil {
 		disp = actor.NewSynchronizedDispatcher(300)
 	}
-	pid := SpawnUnder(system, cfg.Parent, PersistentProps(st, actor.WithDispatcher(disp)),
+	c := &Communicator{system: system, backend: backend, group: cfg.Group, epoch: cfg.Epoch, cfg: cfg, log: log, state: st}
+	if cfg.Supervise != nil {
+		st.observer = cfg.Supervise(c)
+	}
+	c.pid = SpawnUnder(system, cfg.Parent, PersistentProps(st, actor.WithDispatcher(disp)),
 		fmt.Sprintf("comm-%s-e%d-", cfg.Group, cfg.Epoch))
-	if pid == nil {
+	if c.pid == nil {
 		return nil, fmt.Errorf("%w: NewCommunicator: the parent of group %q (epoch %d) could not spawn its actor (stopped?)", comm.ErrClosed, cfg.Group, cfg.Epoch)
 	}
-	return &Communicator{system: system, pid: pid, backend: backend, group: cfg.Group, log: log, state: st}, nil
+	return c, nil
 }
 
 // Submit posts op to the actor's mailbox (comm.Launcher). After Close, or
-// once the actor's supervisor has stopped it, p fails with comm.ErrClosed.
+// once the actor's supervisor has stopped it, p fails with comm.ErrClosed;
+// once Retire was called, with the retirement's *comm.AbortedError. With
+// BlockingWait, p's Work gets op's deadline first.
 func (c *Communicator) Submit(op *comm.Op, p *comm.Promise) {
+	if e := c.retired.Load(); e != nil {
+		p.Complete(e)
+		return
+	}
+	if c.cfg.BlockingWait && op.Timeout > 0 {
+		c.setDeadline(op, p)
+	}
+	c.last.Store(p.Work())
 	c.senders.Add(1)
 	if c.closed.Load() {
 		c.senders.Add(-1)
@@ -234,11 +289,20 @@ func (c *Communicator) Abort(reason error) {
 	c.backend.Abort(reason)
 }
 
-// Close stops accepting ops, lets the actor launch every op already in its
-// mailbox, stops the actor and closes the backend (whose in-flight ops fail
-// with ErrClosed). If ctx ends first the engine is aborted and closed
-// anyway and ctx's error is returned. Idempotent (comm.Launcher).
+// Close gives the last submitted op CloseGrace to finish, then stops
+// accepting ops, lets the actor launch every op already in its mailbox,
+// stops the actor and closes the backend (whose in-flight ops fail with
+// ErrClosed), within CloseBound, and runs OnClosed. If ctx ends first the
+// engine is aborted and closed anyway and ctx's error is returned.
+// Idempotent: later calls return the first result (comm.Launcher;
+// ProcessGroup.Destroy).
 func (c *Communicator) Close(ctx context.Context) error {
+	return c.CloseBy(ctx, time.Now().Add(c.cfg.CloseGrace))
+}
+
+// stop is Close after the grace period: drain the mailbox, stop the actor,
+// close the engine.
+func (c *Communicator) stop(ctx context.Context) error {
 	c.stopOnce.Do(func() {
 		c.closed.Store(true)
 		waitErr := c.drain(ctx)
@@ -302,11 +366,20 @@ func (c *Communicator) LastSeq() uint64 { return c.state.seq.Load() }
 // LastP2PSeq is the last P2P sequence number assigned (0: none yet).
 func (c *Communicator) LastP2PSeq() uint64 { return c.state.p2pSeq.Load() }
 
+// AsyncError is the communicator's asynchronous error
+// (supervisor.AsyncErrorSource, polled by the watchdog): its engine's
+// (comm.Backend.AsyncError), or else the actor's first panic (PanicErr), so
+// that a panic breaks the group — abort, abort/<comm-id> for the peers,
+// dump — even if the panicking op was never put under the watchdog.
+func (c *Communicator) AsyncError() error {
+	if err := c.backend.AsyncError(); err != nil {
+		return err
+	}
+	return c.PanicErr()
+}
+
 // PanicErr is the *comm.EngineError of the first panic the actor met while
-// handling an op, or nil. The runtime hands it to the watchdog as the
-// communicator's async error (comm.Backend.AsyncError), so that a panic
-// aborts the group and is announced to peers even if the panicking op was
-// never put under the watchdog.
+// handling an op, or nil; AsyncError reports it to the watchdog.
 func (c *Communicator) PanicErr() error {
 	if e := c.state.panicErr.Load(); e != nil {
 		return e
@@ -362,10 +435,7 @@ func (a *commActor) launch(op *comm.Op, pr *comm.Promise) {
 	} else {
 		seq = a.seq.Add(1)
 	}
-	op.FP.Group, op.FP.Epoch, op.FP.Seq = a.hash, a.epoch, seq
-	for _, ch := range op.Children {
-		ch.FP.Group, ch.FP.Epoch, ch.FP.Seq = a.hash, a.epoch, seq
-	}
+	op.SetIdentity(a.hash, a.epoch, seq)
 	pr.SetFingerprint(op.FP)
 	if a.observer != nil {
 		a.observer.Scheduled(op, pr)

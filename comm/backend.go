@@ -27,9 +27,12 @@ type Backend interface {
 	// for communication. The engine completes p exactly once: nil on
 	// success, else a typed error (*MismatchError, *TransportError,
 	// *AbortedError, *EngineError ...). op and its buffers stay referenced
-	// until then. The caller has already recorded the op's identity on p
-	// (Promise.SetFingerprint); the engine records its start
-	// (MarkStarted) and a Recv's source (SetSource).
+	// until then. op has passed the ProcessGroup's validation (validate.go:
+	// buffers on the engine's memory, roots, peers, counts) and carries its
+	// identity, children included (Op.SetIdentity, by the communicator
+	// actor), which is also recorded on p (Promise.SetFingerprint); the
+	// engine checks neither again. It records the op's start (MarkStarted)
+	// and a Recv's source (SetSource).
 	Launch(op *Op, p *Promise)
 	// Abort fails every in-flight and later op with an error wrapping
 	// ErrAborted and reason; it returns promptly (the CPU engine unblocks

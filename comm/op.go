@@ -95,6 +95,19 @@ type Op struct {
 	one [1]Buffer // backing array of a single-buffer In (setIn), allocated with the Op
 }
 
+// SetIdentity stamps op's fingerprint, and its children's at every depth,
+// with the op's identity: group hash (GroupHash), epoch and sequence
+// number; a Coalesced op's children carry their parent's identity, so that
+// their messages are tagged with it. The group's communicator actor
+// (actors.Communicator) is its one caller, when it assigns the seq: engines
+// receive ops already stamped and never stamp them again.
+func (op *Op) SetIdentity(group uint64, epoch uint32, seq uint64) {
+	op.FP.Group, op.FP.Epoch, op.FP.Seq = group, epoch, seq
+	for _, c := range op.Children {
+		c.SetIdentity(group, epoch, seq)
+	}
+}
+
 // setIn sets In to the one buffer b without a second allocation.
 func (op *Op) setIn(b Buffer) {
 	op.one[0] = b

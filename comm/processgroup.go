@@ -85,6 +85,10 @@ type GroupConfig struct {
 	// Engine is the engine's name ("cpu", "nccl"); "nccl" requires device
 	// buffers, every other engine host buffers.
 	Engine string
+	// Device is the CUDA ordinal of an "nccl" group's communicator
+	// (BackendConfig.Device): its buffers must live there. Ignored for
+	// host engines.
+	Device int
 	// Factory creates subgroups for NewGroup and Split; nil makes them fail
 	// with ErrUnsupported.
 	Factory GroupFactory
@@ -155,6 +159,7 @@ type ProcessGroup struct {
 	launcher Launcher
 	engine   string
 	device   bool // engine wants device buffers
+	ordinal  int  // the device they must be on (device engines)
 	factory  GroupFactory
 	store    store.Store
 	log      zerolog.Logger
@@ -187,6 +192,7 @@ func NewProcessGroup(cfg GroupConfig) (*ProcessGroup, error) {
 		launcher: cfg.Launcher,
 		engine:   cfg.Engine,
 		device:   cfg.Engine == "nccl",
+		ordinal:  cfg.Device,
 		factory:  cfg.Factory,
 		store:    cfg.Store,
 		log:      cfg.Log.With().Str("group", cfg.Name).Int("group_rank", cfg.Rank).Logger(),

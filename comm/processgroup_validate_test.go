@@ -211,6 +211,26 @@ func TestObjectValidation(t *testing.T) {
 	}
 }
 
+// TestAnySourceInGroupOfOne: a wildcard receive in a group of one rank has
+// no one to receive from; the ProcessGroup refuses it before launch (the
+// engine does not check again).
+func TestAnySourceInGroupOfOne(t *testing.T) {
+	ctx := context.Background()
+	l := &nullLauncher{}
+	pg, err := comm.NewProcessGroup(comm.GroupConfig{Name: "solo", Rank: 0, Size: 1, Launcher: l, Engine: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pg.IRecv(ctx, f32(1), comm.AnySource, 0).Err()
+	var ae *comm.ArgError
+	if !errors.As(err, &ae) || ae.Group != "solo" || !strings.Contains(err.Error(), "any-source receive in a group of one rank") {
+		t.Errorf("AnySource in a group of one: %v, want an *ArgError naming it", err)
+	}
+	if l.n != 0 {
+		t.Errorf("%d ops reached the launcher", l.n)
+	}
+}
+
 // nullLauncher counts submissions; for configurations without an actor.
 type nullLauncher struct{ n int }
 
@@ -218,12 +238,14 @@ func (l *nullLauncher) Submit(op *comm.Op, p *comm.Promise) { l.n++; p.Complete(
 func (l *nullLauncher) Abort(error)                         {}
 func (l *nullLauncher) Close(context.Context) error         { return nil }
 
-// TestValidationDeviceEngine checks that the NCCL engine refuses host
-// buffers and object collectives.
+// TestValidationDeviceEngine checks that a group of the NCCL engine
+// refuses host buffers, buffers on another device than its communicator's,
+// wildcard receives and object collectives, before launch (the engine
+// does not check again).
 func TestValidationDeviceEngine(t *testing.T) {
 	ctx := context.Background()
 	l := &nullLauncher{}
-	pg, err := comm.NewProcessGroup(comm.GroupConfig{Name: "g", Rank: 0, Size: 2, Launcher: l, Engine: "nccl"})
+	pg, err := comm.NewProcessGroup(comm.GroupConfig{Name: "g", Rank: 0, Size: 2, Launcher: l, Engine: "nccl", Device: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,8 +253,18 @@ func TestValidationDeviceEngine(t *testing.T) {
 	if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "host memory") {
 		t.Errorf("host buffer on nccl: %v", err)
 	}
-	if err := pg.AllReduce(ctx, comm.DeviceBuffer(0x10, 4, comm.Float32, 0, 0), comm.Sum).Err(); err != nil {
+	if err := pg.AllReduce(ctx, comm.DeviceBuffer(0x10, 4, comm.Float32, 1, 0), comm.Sum).Err(); err != nil {
 		t.Errorf("device buffer on nccl: %v", err)
+	}
+	err = pg.AllReduce(ctx, comm.DeviceBuffer(0x10, 4, comm.Float32, 0, 0), comm.Sum).Err()
+	if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "cuda:0, not on the communicator's device cuda:1") {
+		t.Errorf("buffer on another device: %v", err)
+	}
+	if err := pg.IRecv(ctx, comm.DeviceBuffer(0x10, 4, comm.Float32, 1, 0), comm.AnySource, 0).Err(); !errors.Is(err, comm.ErrUnsupported) {
+		t.Errorf("AnySource receive on nccl: %v, want ErrUnsupported", err)
+	}
+	if n := l.n; n != 1 {
+		t.Errorf("%d ops reached the launcher, want only the valid one", n)
 	}
 	if _, err := pg.AllGatherBytes(ctx, []byte("x")); !errors.Is(err, comm.ErrUnsupported) {
 		t.Errorf("AllGatherBytes on nccl: %v, want ErrUnsupported", err)
@@ -246,7 +278,7 @@ func TestValidationDeviceEngine(t *testing.T) {
 	// Self pairs in a batch: NCCL pairs them in list order, so a tag
 	// pairing that crosses the list order is refused; one that follows it
 	// is launched.
-	dev := func(p uintptr) comm.Buffer { return comm.DeviceBuffer(p, 4, comm.Float32, 0, 0) }
+	dev := func(p uintptr) comm.Buffer { return comm.DeviceBuffer(p, 4, comm.Float32, 1, 0) }
 	crossed := []comm.P2POp{{Op: comm.OpSend, Buf: dev(0x10), Peer: 0, Tag: 1}, {Op: comm.OpSend, Buf: dev(0x20), Peer: 0, Tag: 2},
 		{Op: comm.OpRecv, Buf: dev(0x30), Peer: 0, Tag: 2}, {Op: comm.OpRecv, Buf: dev(0x40), Peer: 0, Tag: 1}}
 	if _, err := pg.BatchP2P(ctx, crossed); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "pairs them in list order") {

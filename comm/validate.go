@@ -1,10 +1,15 @@
 package comm
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // Input checks shared by the ProcessGroup methods and the Coalescer. Each
 // returns nil or an *ArgError whose text follows c10d's wording where c10d
-// has one, and names what was expected and what was given.
+// has one, and names what was expected and what was given. They are the
+// one validation of an op: engines receive only ops that passed them
+// (plus the identity the communicator actor stamps) and do not check again.
 
 // checkBuf checks that b is a valid buffer on the kind of memory the engine
 // uses (host memory for the CPU engine, a CUDA device for NCCL), whose
@@ -25,12 +30,16 @@ func (pg *ProcessGroup) checkBuf(op OpType, what string, b Buffer) error {
 	if !pg.device && !b.IsHost() {
 		return pg.argErr(op, "%s is on cuda:%d but engine %q only handles host buffers (unsupported device type cuda)", what, b.Device(), pg.engine)
 	}
+	if pg.device && b.Device() != pg.ordinal {
+		return pg.argErr(op, "%s is on cuda:%d, not on the communicator's device cuda:%d", what, b.Device(), pg.ordinal)
+	}
 	return nil
 }
 
 // bufOK is the fast path of checkBuf.
 func (pg *ProcessGroup) bufOK(b Buffer) bool {
-	return b.Valid() && b.IsHost() != pg.device && (b.shape == nil || (b.shape.ok && b.shape.prod == b.count))
+	return b.Valid() && b.IsHost() != pg.device && (!pg.device || b.Device() == pg.ordinal) &&
+		(b.shape == nil || (b.shape.ok && b.shape.prod == b.count))
 }
 
 // checkBufs checks every buffer of a list and that they share want's dtype.
@@ -85,10 +94,15 @@ func (pg *ProcessGroup) checkRoot(op OpType, root int) error {
 // and is told so.
 func (pg *ProcessGroup) checkPeer(op OpType, peer int, anyOK bool) error {
 	if peer == AnySource && op == OpRecv {
-		if anyOK {
-			return nil
+		switch {
+		case !anyOK:
+			return pg.argErr(op, "AnySource is not allowed in a batch (BatchP2P or Coalesce): a batched receive needs a source group rank in [0, %d); use IRecv for AnySource", pg.size)
+		case pg.device:
+			return fmt.Errorf("%w: group %q: engine %q cannot receive from any source (NCCL has no wildcard receive)", ErrUnsupported, pg.name, pg.engine)
+		case pg.size == 1:
+			return pg.argErr(op, "any-source receive in a group of one rank: there is no other rank to receive from")
 		}
-		return pg.argErr(op, "AnySource is not allowed in a batch (BatchP2P or Coalesce): a batched receive needs a source group rank in [0, %d); use IRecv for AnySource", pg.size)
+		return nil
 	}
 	role := "destination"
 	if op == OpRecv {

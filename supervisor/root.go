@@ -62,7 +62,7 @@ const (
 	// communicator's panic also breaks its group: the panicking op fails
 	// with comm.ErrEngine, the watchdog aborts the communicator and writes
 	// abort/<comm-id>, and every member's runtime re-creates the group under
-	// the next epoch (ranktree.Runtime's restart policy, restart.go). Needs
+	// the next epoch (ranktree.Runtime's restart policy, internal/groups). Needs
 	// ErrorHandling CleanupOnly, which it selects when unset.
 	PanicRestart
 )

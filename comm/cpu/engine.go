@@ -415,9 +415,6 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 		return err
 	}
 	pr.MarkStarted()
-	if err := e.validate(op); err != nil {
-		return err
-	}
 	err := e.execSafe(op, pr)
 	if err == nil {
 		// An abort is final: an op that ends after a peer's abort notice

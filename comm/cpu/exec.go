@@ -134,17 +134,14 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 // ncclGroupStart/End), and sends to self are copied into their paired
 // receives from self (comm.SelfPairs); otherwise children run in order.
 func (e *Engine) execCoalesced(op *comm.Op, pr *comm.Promise) error {
+	// Children carry the parent's identity (comm.Op.SetIdentity, by the
+	// communicator actor): their messages are tagged with it.
 	allP2P := true
-	children := make([]*comm.Op, len(op.Children))
-	for i, c := range op.Children {
+	children := op.Children
+	for _, c := range children {
 		if !c.Type.IsP2P() {
 			allP2P = false
 		}
-		// Children carry the parent's identity: their messages are
-		// tagged with the parent's group, epoch and seq.
-		cc := *c
-		cc.FP.Group, cc.FP.Epoch, cc.FP.Seq = op.FP.Group, op.FP.Epoch, op.FP.Seq
-		children[i] = &cc
 	}
 	if !allP2P {
 		was := e.inCoalesced
@@ -383,87 +380,10 @@ func (e *Engine) scratch(n int) []byte {
 	return e.scratchBuf[:n]
 }
 
-// validate rejects an op the engine cannot run before anything is sent:
-// device buffers, a root or peer outside the group, a Send/Recv to itself,
-// split lists of the wrong length. ProcessGroup validates user input; this
-// guards the engine against a malformed descriptor. The error is a
-// *comm.ArgError (comm.ErrInvalidArgument).
-func (e *Engine) validate(op *comm.Op) error {
-	n, r := e.cfg.Size, e.cfg.Rank
-	bad := func(format string, a ...any) error {
-		return &comm.ArgError{Op: op.Type, Group: e.cfg.Group, Rank: r, Msg: "cpu engine: " + fmt.Sprintf(format, a...)}
-	}
-	for _, set := range [][]comm.Buffer{op.In, op.Out} {
-		for _, b := range set {
-			if !b.Valid() || !b.IsHost() {
-				return bad("buffer %v is not a valid host buffer", b)
-			}
-		}
-	}
-	need := func(bufs []comm.Buffer, what string) error {
-		if len(bufs) == 0 {
-			return bad("missing %s buffer", what)
-		}
-		return nil
-	}
-	switch op.Type {
-	case comm.OpAllReduce, comm.OpBroadcast, comm.OpReduce, comm.OpAllGather, comm.OpAllGatherV, comm.OpGather:
-		if err := need(op.In, "input"); err != nil {
-			return err
-		}
-	case comm.OpReduceScatter, comm.OpReduceScatterV, comm.OpScatter:
-		if err := need(op.Out, "output"); err != nil {
-			return err
-		}
-	case comm.OpSend:
-		if err := need(op.In, "input"); err != nil {
-			return err
-		}
-	case comm.OpRecv:
-		if err := need(op.Out, "output"); err != nil {
-			return err
-		}
-	case comm.OpCoalesced:
-		for _, c := range op.Children {
-			if c.Type.IsP2P() && c.Peer == r && comm.UsesP2PSeq(op) {
-				continue // a self pair of a BatchP2P: checked by selfPairs
-			}
-			if err := e.validate(c); err != nil {
-				return err
-			}
-		}
-		if _, err := e.selfPairs(op.Children); err != nil {
-			return bad("%v", err)
-		}
-	}
-	switch op.Type {
-	case comm.OpBroadcast, comm.OpReduce, comm.OpGather, comm.OpScatter:
-		if op.Root < 0 || op.Root >= n {
-			return bad("root %d outside group of size %d", op.Root, n)
-		}
-	case comm.OpSend, comm.OpRecv:
-		if op.Peer == r || op.Peer >= n || op.Peer < 0 && !(op.Type == comm.OpRecv && op.Peer == comm.AnySource) {
-			return bad("invalid peer %d for rank %d of %d", op.Peer, r, n)
-		}
-		if op.Peer == comm.AnySource && n == 1 {
-			return bad("any-source receive in a group of one rank")
-		}
-	case comm.OpAllGatherV, comm.OpReduceScatterV:
-		if len(op.RecvCounts) != n {
-			return bad("%d counts for %d ranks", len(op.RecvCounts), n)
-		}
-	case comm.OpAllToAll:
-		if (op.SendCounts != nil && len(op.SendCounts) != n) || (op.RecvCounts != nil && len(op.RecvCounts) != n) {
-			return bad("split lists of lengths %d and %d for %d ranks", len(op.SendCounts), len(op.RecvCounts), n)
-		}
-	}
-	return nil
-}
-
 // selfPairs pairs the sends to self of a BatchP2P's children with its
-// receives from self (comm.SelfPairs) and checks each pair's sizes; an
-// unpaired or ill-sized self op is an error (BatchP2P rejects both
-// before launch, so this guards the engine against a malformed op).
+// receives from self (comm.SelfPairs) and checks each pair's sizes. An
+// unpaired or ill-sized self op cannot run; BatchP2P rejects both before
+// launch, so meeting one here is a bug, reported as an *comm.EngineError.
 func (e *Engine) selfPairs(children []*comm.Op) ([][2]int, error) {
 	r := e.cfg.Rank
 	hasSelf := false

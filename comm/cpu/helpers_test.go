@@ -74,6 +74,7 @@ func (g *group) run(mk func(r int, fp func(comm.OpType, comm.DType, int, int, co
 	works := make([]*comm.Work, n)
 	for r, e := range g.engines {
 		op := mk(r, g.fp)
+		op.SetIdentity(op.FP.Group, op.FP.Epoch, op.FP.Seq) // as the communicator actor does
 		p := comm.NewPromise(op.Type)
 		p.SetSeq(g.seq)
 		e.Launch(op, p)

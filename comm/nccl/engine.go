@@ -446,10 +446,6 @@ func (e *Engine) handle(r request, inflight []*pending) []*pending {
 	if hang {
 		return append(inflight, &pending{pr: r.pr, op: r.op, hung: true})
 	}
-	if err := e.validate(r.op); err != nil {
-		e.finish(r.pr, err)
-		return inflight
-	}
 	if e.initErr != nil {
 		e.finish(r.pr, e.initErr)
 		return inflight

@@ -12,41 +12,6 @@ import (
 	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
-// validate checks that every buffer of op lives on the engine's device.
-func (e *Engine) validate(op *comm.Op) error {
-	check := func(bufs []comm.Buffer) error {
-		for _, b := range bufs {
-			if b.IsHost() {
-				return fmt.Errorf("%w: nccl engine got host buffer %v in %v: NCCL needs device buffers (comm.DeviceBuffer); use the cpu engine for host memory",
-					comm.ErrUnsupported, b, op.FP)
-			}
-			if b.Device() != e.cfg.Device {
-				return &comm.ArgError{Op: op.Type, Group: e.cfg.Group, Rank: e.cfg.Rank,
-					Msg: fmt.Sprintf("buffer %v is not on the communicator's device cuda:%d", b, e.cfg.Device)}
-			}
-		}
-		return nil
-	}
-	if op.Type == comm.OpCoalesced {
-		for _, ch := range op.Children {
-			if err := e.validate(ch); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := check(op.In); err != nil {
-		return err
-	}
-	if err := check(op.Out); err != nil {
-		return err
-	}
-	if op.Type == comm.OpRecv && op.Peer == comm.AnySource {
-		return fmt.Errorf("%w: nccl engine cannot receive from any source (NCCL has no wildcard receive) in %v", comm.ErrUnsupported, op.FP)
-	}
-	return nil
-}
-
 // injectFault honours cfg.Faults for this rank and op
 // (enginekit.InjectFault): hang (the op is never launched and its Work
 // waits for Abort), crash (exit 3), error.

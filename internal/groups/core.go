@@ -1,4 +1,4 @@
-package ranktree
+package groups
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 // The restart policy's decisions as a pure core, in the manner of
 // supervisor.WatchdogCore: restartCore.Step takes the core's state, one
 // event and the time, and returns the actions to carry out. It holds no
-// goroutine, lock, store or clock; restart.go feeds it (under groups.mu)
+// goroutine, lock, store or clock; the Manager's owner loop feeds it (loop.go)
 // and carries the actions out (RestartGroup in the background, Escalate,
 // a log line). What it decides:
 //

@@ -1,4 +1,4 @@
-package ranktree
+package groups
 
 import (
 	"encoding/json"
