@@ -1,8 +1,6 @@
 package cpu
 
-// agreeStep0 is the step number of the first agreement round; algorithm
-// steps stay far below it.
-const agreeStep0 = 1 << 24
+import "github.com/ranktree/ranktree/comm/cpu/transport"
 
 // agreeDissemination makes every rank learn that every other rank launched
 // the same op (fingerprint) and got this far without an error: the
@@ -24,10 +22,10 @@ func agreeDissemination(m Mesh) error {
 	n, r := m.Size(), m.Rank()
 	round := 0
 	for k := 1; k < n; k <<= 1 {
-		if err := m.Send((r+k)%n, agreeStep0+round, nil); err != nil {
+		if err := m.Send((r+k)%n, transport.AgreeStep0+round, nil); err != nil {
 			return err
 		}
-		if err := m.Recv((r-k+n)%n, agreeStep0+round, nil); err != nil {
+		if err := m.Recv((r-k+n)%n, transport.AgreeStep0+round, nil); err != nil {
 			return err
 		}
 		round++

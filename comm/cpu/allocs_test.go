@@ -2,10 +2,7 @@ package cpu
 
 import (
 	"context"
-	"os"
-	"syscall"
 	"testing"
-	"unsafe"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -86,42 +83,4 @@ func allocsPerAllReduce(t *testing.T, g *group, bufs []comm.Buffer, warm, runs i
 		step()
 	}
 	return testing.AllocsPerRun(runs, step)
-}
-
-// TestShmRingsPrefaulted checks that a mapped segment's pages are all
-// resident as soon as it is mapped (MAP_POPULATE), on the creating and the
-// opening side: first-touch page faults on the rings were the 1-8 KiB
-// latency cliff of issue 15.
-func TestShmRingsPrefaulted(t *testing.T) {
-	if _, err := os.Stat("/dev/shm"); err != nil {
-		t.Skip("no /dev/shm")
-	}
-	const ring = 1 << 20
-	a, err := createShm("/dev/shm", ring)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.unmap()
-	defer a.unlink()
-	b, err := openShm(a.path, ring, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.unmap()
-	for name, s := range map[string]*shmLink{"creator": a, "opener": b} {
-		pages := (len(s.mem) + os.Getpagesize() - 1) / os.Getpagesize()
-		vec := make([]byte, pages)
-		if _, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(&s.mem[0])), uintptr(len(s.mem)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-			t.Fatalf("mincore: %v", errno)
-		}
-		missing := 0
-		for _, v := range vec {
-			if v&1 == 0 {
-				missing++
-			}
-		}
-		if missing != 0 {
-			t.Errorf("%s: %d of %d pages of a fresh segment are not resident", name, missing, pages)
-		}
-	}
 }

@@ -19,7 +19,7 @@ func flatOps(g *group, r int) uint64 {
 	if g.engines[r].grp == nil {
 		return 0
 	}
-	return g.engines[r].grp.k
+	return g.engines[r].grp.K
 }
 
 // TestAllReduceFlatMatrix: transport × world size 1..4 × count around

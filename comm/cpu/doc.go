@@ -9,27 +9,31 @@
 //     ordered queue drained by one progress goroutine.
 //   - rendezvous.go: addresses and the job secret through the store,
 //     authenticated TCP handshakes, shm segment set-up.
-//   - link.go, tcp.go, shm.go, inmem.go: the transport interface (link) and
-//     its implementations (inmem: the shm rings over Go memory, for ranks
-//     as goroutines of one process); header.go: the 64-byte wire header;
-//     shm_copy.go: how whole 1 MiB ring slots are copied (streaming or
-//     cached stores, chosen per link by measured speed).
-//   - mesh.go, p2p.go: Mesh, the interface every algorithm is written
-//     against (Gloo's pairs): ordered, fingerprinted messages per peer.
-//   - shm_group.go, futex_linux.go, mesh_flat.go: the group segment of a
-//     group whose 2..8 ranks are all on one host (per-rank double-buffered
-//     slots, sequence words, futex bells), the wait policy (spin at most
-//     50 µs, then FUTEX_WAIT in 1 ms slices; see docs/algorithms.md,
-//     "Waiting"), and Slots, the interface of the one-step algorithms
-//     (*_flat.go: allreduce, broadcast, allgather, reduce-scatter below
-//     Options.FlatThreshold).
+//   - connect_inmem.go: the same for the inmem transport, through an
+//     InmemHub (transport.InmemHub.Connect).
+//   - failure.go: notices that tell peers the communicator broke or was
+//     destroyed, their acknowledgements, and blame (the origin rank).
+//   - mesh.go, slots.go: Mesh, the interface every message-based
+//     algorithm is written against (Gloo's pairs: ordered, fingerprinted
+//     messages per peer), and Slots, the interface of the one-step
+//     algorithms (*_flat.go: allreduce, broadcast, allgather,
+//     reduce-scatter below Options.FlatThreshold) over a group segment.
+//     Package comm/cpu/transport implements both.
 //   - exec.go: lowers a comm.Op (flat or list buffers, V-variants, Avg,
 //     PreMulSum) to an algorithm and picks the algorithm by size.
 //   - <collective>_<method>.go: one algorithm per file, pure functions of a
 //     Mesh and byte blocks, with no goroutines, timers or sockets.
 //     docs/algorithms.md gives each one's cost in steps and bytes.
 //
-// Reductions use package comm/cpu/kernel.
+// The transports live in package comm/cpu/transport, beside the
+// algorithms as Gloo's gloo/transport/{tcp,uv,ibverbs} sit beside
+// gloo/allreduce_*.h: the links (tcp, shm and the in-memory rings), the
+// 64-byte wire header, the waits (spin, yield, futex), the group segment
+// of the one-step algorithms and transport.Mesh, which implements Mesh
+// and Slots over one link per peer. transport.InmemMesh connects the
+// ranks of a group in memory without an engine; the algorithm tests
+// (algorithms_test.go) run every algorithm over it. Reductions use package
+// comm/cpu/kernel.
 //
 // # Caller's duties
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
@@ -24,15 +25,15 @@ type Engine struct {
 	cfg  comm.BackendConfig
 	opts Options
 	log  zerolog.Logger
-	ctl  *ctl
-	mesh *mesh
+	ctl  *transport.Ctl
+	mesh *transport.Mesh
 	ln   net.Listener
 	// links by peer, for Close and notices
-	links []link
-	shms  []*shmLink
+	links []transport.Link
+	shms  []*transport.ShmLink
 	// grp is the group segment when every rank is on this host over shm
-	// and the group has at most maxFlatRanks (shm_group.go), else nil.
-	grp *shmGroup
+	// and the group has at most transport.MaxFlatRanks (transport/shm_group.go), else nil.
+	grp *transport.ShmGroup
 	// inCoalesced is set while the children of a Coalesced op run: they
 	// take the message-based algorithms only (allreduce_flat.go).
 	inCoalesced bool
@@ -92,16 +93,16 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 		cfg.Timeout = 5 * time.Minute
 	}
 	e := &Engine{
-		cfg: cfg, opts: opts, ctl: newCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
+		cfg: cfg, opts: opts, ctl: transport.NewCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
 		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
 	e.acks = make(chan struct{}, cfg.Size)
 	e.peerClosed = make([]atomic.Pointer[error], cfg.Size)
-	e.ctl.onNotice = e.onNotice
-	e.ctl.onAck = e.onAck
+	e.ctl.OnNotice = e.onNotice
+	e.ctl.OnAck = e.onAck
 	e.opSeq.Store(opP2P)
-	e.ctl.fatal = e.fatalNow
-	var links []link
+	e.ctl.Fatal = e.fatalNow
+	var links []transport.Link
 	var err error
 	if opts.Transport == TransportInmem {
 		links, err = e.connectInmem(ctx)
@@ -114,13 +115,13 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 		return nil, err
 	}
 	e.links = links
-	e.mesh = newMesh(cfg.Rank, cfg.Size, links, e.ctl)
-	e.mesh.grp = e.grp
-	e.mesh.fatal = e.fatalNow
-	e.mesh.cause = e.fatal.get
-	e.mesh.closed = e.peerClosedErr
-	e.mesh.late = e.lateNotice
-	e.mesh.mismatch = e.mismatch
+	e.mesh = transport.NewMesh(cfg.Rank, cfg.Size, links, e.ctl)
+	e.mesh.Grp = e.grp
+	e.mesh.Fatal = e.fatalNow
+	e.mesh.Cause = e.fatal.get
+	e.mesh.Closed = e.peerClosedErr
+	e.mesh.Late = e.lateNotice
+	e.mesh.Mismatch = e.mismatch
 	go e.progress()
 	e.log.Debug().Int("size", cfg.Size).Str("transport", opts.Transport).Msg("cpu engine connected")
 	return e, nil
@@ -137,9 +138,9 @@ func (e *Engine) Transport() string {
 	shm, tcp := 0, 0
 	for _, l := range e.links {
 		switch l.(type) {
-		case *shmLink:
+		case *transport.ShmLink:
 			shm++
-		case *tcpLink:
+		case *transport.TCPLink:
 			tcp++
 		}
 	}
@@ -190,7 +191,7 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 // progress goroutine runs it (run, the same error mapping, Complete).
 func (e *Engine) RunInline(w *comm.Work) bool {
 	e.qmu.Lock()
-	if e.running || len(e.queue) == 0 || e.queue[0].p.Work() != w || e.ctl.stopped.Load() {
+	if e.running || len(e.queue) == 0 || e.queue[0].p.Work() != w || e.ctl.Stopped.Load() {
 		e.qmu.Unlock()
 		return false
 	}
@@ -237,7 +238,7 @@ func (e *Engine) Abort(reason error) {
 	if e.stopped() != nil {
 		return
 	}
-	e.ctl.aborting.Store(true)
+	e.ctl.Aborting.Store(true)
 	if e.mesh != nil {
 		why := reason
 		if f := e.fatal.get(); f != nil {
@@ -307,15 +308,13 @@ func (e *Engine) stop(err error) bool {
 	if !e.stopErr.CompareAndSwap(nil, &err) {
 		return false
 	}
-	e.ctl.stopped.Store(true)
-	close(e.ctl.stop)
-	e.ctl.poke() // rings this rank's bell if it sleeps on it
+	e.ctl.Halt()
 	if e.ln != nil {
 		_ = e.ln.Close()
 	}
 	for _, l := range e.links {
 		if l != nil {
-			l.close()
+			l.Close()
 		}
 	}
 	return true
@@ -325,10 +324,10 @@ func (e *Engine) stop(err error) bool {
 func (e *Engine) release() {
 	e.wg.Wait()
 	for _, s := range e.shms {
-		s.unmap()
+		s.Unmap()
 	}
 	if e.grp != nil {
-		e.grp.unmap()
+		e.grp.Unmap()
 	}
 }
 
@@ -355,16 +354,16 @@ func (e *Engine) next() (task, bool) {
 			return t, true
 		}
 		e.qmu.Unlock()
-		if e.ctl.stopped.Load() {
+		if e.ctl.Stopped.Load() {
 			return task{}, false
 		}
-		if i < queueSpin && e.mesh.spin {
+		if i < queueSpin && e.mesh.Spin {
 			runtime.Gosched()
 			continue
 		}
 		select {
 		case <-e.qwake:
-		case <-e.ctl.stop:
+		case <-e.ctl.Stop:
 		}
 	}
 }
@@ -429,7 +428,7 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 		}
 		return nil
 	}
-	if errors.Is(err, errStopped) {
+	if errors.Is(err, transport.ErrStopped) {
 		if s := e.stopped(); s != nil {
 			return s
 		}
@@ -488,7 +487,7 @@ func (e *Engine) globalRank(r int) int { return enginekit.GlobalRank(&e.cfg, r) 
 func (e *Engine) injectFault(op *comm.Op) error {
 	hang, err := enginekit.InjectFault(&e.cfg, "cpu", op, &e.log)
 	if hang {
-		<-e.ctl.stop
+		<-e.ctl.Stop
 		return e.stopped()
 	}
 	return err
@@ -498,8 +497,8 @@ func (e *Engine) injectFault(op *comm.Op) error {
 // (detail, if not empty, says what differs beyond the fingerprints), tells
 // every peer (so that each fails too, not only this one) and returns the
 // *comm.MismatchError, or the failure recorded before it.
-func (e *Engine) mismatch(peer int, got header, detail string) error {
-	err := &comm.MismatchError{LocalRank: e.cfg.Rank, RemoteRank: peer, Local: e.mesh.cur.fp, Remote: got.FP, Detail: detail}
+func (e *Engine) mismatch(peer int, got transport.Header, detail string) error {
+	err := &comm.MismatchError{LocalRank: e.cfg.Rank, RemoteRank: peer, Local: e.mesh.Cur.FP, Remote: got.FP, Detail: detail}
 	if e.broke(err) {
 		e.log.Error().Err(err).Msg("cpu engine: collective mismatch")
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 	"github.com/ranktree/ranktree/store"
 )
 
@@ -529,10 +530,10 @@ func TestAutoTransport(t *testing.T) {
 			_ = e.Close()
 		}
 	})
-	if _, ok := engines[0].links[1].(*shmLink); !ok {
+	if _, ok := engines[0].links[1].(*transport.ShmLink); !ok {
 		t.Fatalf("ranks 0 and 1 (same host) do not use shm")
 	}
-	if _, ok := engines[0].links[2].(*tcpLink); !ok {
+	if _, ok := engines[0].links[2].(*transport.TCPLink); !ok {
 		t.Fatalf("ranks 0 and 2 (different hosts) do not use tcp")
 	}
 	checkAllReduce(t, g, comm.Float32, comm.Sum, 100_000)
@@ -594,7 +595,7 @@ func TestFaultHang(t *testing.T) {
 // TestShmHeaderAcrossWrap: a message whose header straddles the end of a
 // ring, followed by more payload than the ring holds. The sender must not
 // wait for ring space behind a partial header, which the receiver cannot
-// consume (a deadlock the slot rule of shm.go once had).
+// consume (a deadlock the slot rule of transport/shm.go once had).
 func TestShmHeaderAcrossWrap(t *testing.T) {
 	const ring = 16 << 10
 	for _, tr := range []string{TransportSHM, TransportInmem} {
@@ -603,7 +604,7 @@ func TestShmHeaderAcrossWrap(t *testing.T) {
 				g := newGroup(t, 2, Options{Transport: tr, ShmRingBytes: ring})
 				// The first message fills the ring up to o bytes before its
 				// end; the second one's header is split there.
-				first := filled(comm.Uint8, ring-headerSize-o, 3)
+				first := filled(comm.Uint8, ring-transport.HeaderSize-o, 3)
 				second := filled(comm.Uint8, ring+4000, 5)
 				for i, b := range []comm.Buffer{first, second} {
 					got := comm.NewHostBuffer(comm.Uint8, b.Len())

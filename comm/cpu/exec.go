@@ -5,6 +5,7 @@ import (
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 	"github.com/ranktree/ranktree/comm/internal/enginekit"
 )
 
@@ -12,8 +13,8 @@ import (
 // its kind needs (agree.go): before the data of a rooted collective, after
 // the data of one whose per-rank sizes the fingerprint does not fix.
 func (e *Engine) exec(op *comm.Op, pr *comm.Promise) error {
-	e.mesh.begin(opContext(op))
-	if e.mesh.size == 1 {
+	e.mesh.Begin(opContext(op))
+	if e.mesh.Size() == 1 {
 		return e.execData(op, pr)
 	}
 	switch {
@@ -39,7 +40,7 @@ func (e *Engine) exec(op *comm.Op, pr *comm.Promise) error {
 // buffer forms of comm.Op; the algorithms see byte blocks.
 func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 	m := e.mesh
-	n, r := m.size, m.rank
+	n, r := m.Size(), m.Rank()
 	switch op.Type {
 	case comm.OpAllReduce:
 		return e.allReduce(op)
@@ -112,12 +113,12 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 	case comm.OpBarrier:
 		return barrierDissemination(m)
 	case comm.OpSend:
-		if err := m.sendP2P(op.Peer, op.In[0].Bytes()); err != nil {
+		if err := m.SendP2P(op.Peer, op.In[0].Bytes()); err != nil {
 			return err
 		}
 		return m.Flush()
 	case comm.OpRecv:
-		src, err := m.recvP2P(op.Peer, op.Out[0].Bytes())
+		src, err := m.RecvP2P(op.Peer, op.Out[0].Bytes())
 		if err != nil {
 			return err
 		}
@@ -160,8 +161,8 @@ func (e *Engine) execCoalesced(op *comm.Op, pr *comm.Promise) error {
 		// Each child was checked on its own; a closing agreement over the
 		// parent's fingerprint (total count) makes sure that every rank
 		// coalesced the same ops, not only a common prefix of them.
-		e.mesh.begin(opContext(op))
-		if e.mesh.size > 1 {
+		e.mesh.Begin(opContext(op))
+		if e.mesh.Size() > 1 {
 			return agreeDissemination(e.mesh)
 		}
 		return nil
@@ -172,9 +173,9 @@ func (e *Engine) execCoalesced(op *comm.Op, pr *comm.Promise) error {
 		return err
 	}
 	for _, c := range children {
-		if c.Type == comm.OpSend && c.Peer != m.rank {
-			m.begin(opContext(c))
-			if err := m.sendP2P(c.Peer, c.In[0].Bytes()); err != nil {
+		if c.Type == comm.OpSend && c.Peer != m.Rank() {
+			m.Begin(opContext(c))
+			if err := m.SendP2P(c.Peer, c.In[0].Bytes()); err != nil {
 				return err
 			}
 		}
@@ -185,9 +186,9 @@ func (e *Engine) execCoalesced(op *comm.Op, pr *comm.Promise) error {
 		copy(children[p[1]].Out[0].Bytes(), children[p[0]].In[0].Bytes())
 	}
 	for _, c := range children {
-		if c.Type == comm.OpRecv && c.Peer != m.rank {
-			m.begin(opContext(c))
-			src, err := m.recvP2P(c.Peer, c.Out[0].Bytes())
+		if c.Type == comm.OpRecv && c.Peer != m.Rank() {
+			m.Begin(opContext(c))
+			src, err := m.RecvP2P(c.Peer, c.Out[0].Bytes())
 			if err != nil {
 				return err
 			}
@@ -197,18 +198,18 @@ func (e *Engine) execCoalesced(op *comm.Op, pr *comm.Promise) error {
 	return m.Flush()
 }
 
-func opContext(op *comm.Op) opCtx {
-	o := opCtx{fp: op.FP, red: op.Reduce, tag: int64(op.Tag)}
+func opContext(op *comm.Op) transport.OpCtx {
+	o := transport.OpCtx{FP: op.FP, Red: op.Reduce, Tag: int64(op.Tag)}
 	switch {
 	case len(op.In) > 0:
-		o.dt = op.In[0].DType()
+		o.DType = op.In[0].DType()
 	case len(op.Out) > 0:
-		o.dt = op.Out[0].DType()
+		o.DType = op.Out[0].DType()
 	default:
-		o.dt = op.FP.DType
+		o.DType = op.FP.DType
 	}
-	if o.dt.Valid() {
-		o.red = o.red.ForDType(o.dt)
+	if o.DType.Valid() {
+		o.Red = o.Red.ForDType(o.DType)
 	}
 	return o
 }
@@ -232,7 +233,7 @@ func postScale(buf []byte, dt comm.DType, red comm.ReduceOp, n int) error {
 func (e *Engine) allReduce(op *comm.Op) error {
 	m := e.mesh
 	b := op.In[0]
-	buf, dt, red := b.Bytes(), b.DType(), m.cur.red
+	buf, dt, red := b.Bytes(), b.DType(), m.Cur.Red
 	if err := preScale(buf, dt, red); err != nil {
 		return err
 	}
@@ -240,9 +241,9 @@ func (e *Engine) allReduce(op *comm.Op) error {
 	if e.useFlat(len(buf)) {
 		err = allreduceFlat(m, buf)
 	} else if e.useRing(len(buf), b.Len()) {
-		blocks := make([][]byte, m.size)
-		for i := range m.size {
-			lo, hi := split(b.Len(), m.size, i)
+		blocks := make([][]byte, m.Size())
+		for i := range m.Size() {
+			lo, hi := split(b.Len(), m.Size(), i)
 			blocks[i] = buf[lo*dt.Size() : hi*dt.Size()]
 		}
 		err = allreduceRing(m, blocks)
@@ -252,7 +253,7 @@ func (e *Engine) allReduce(op *comm.Op) error {
 	if err != nil {
 		return err
 	}
-	return postScale(buf, dt, red, m.size)
+	return postScale(buf, dt, red, m.Size())
 }
 
 // useFlat selects the one-step shared-memory algorithms (allreduce_flat.go)
@@ -260,7 +261,7 @@ func (e *Engine) allReduce(op *comm.Op) error {
 // (every rank on this host over shm, 2..8 ranks), nbytes is at most
 // Options.FlatThreshold and below Options.RingThreshold, and the op is
 // not a child of a Coalesced op (whose children share one seq, which the
-// mismatch checks of mesh_flat.go order ops by). Every input is in the
+// mismatch checks of transport/mesh_flat.go order ops by). Every input is in the
 // fingerprint or the same on every rank, so every rank that launched the
 // same op chooses alike.
 func (e *Engine) useFlat(nbytes int) bool {
@@ -270,7 +271,7 @@ func (e *Engine) useFlat(nbytes int) bool {
 // useRing selects the ring allreduce (bandwidth-optimal) over recursive
 // doubling (latency-optimal) by message size: see Options.RingThreshold.
 func (e *Engine) useRing(nbytes, count int) bool {
-	return e.mesh.size > 1 && nbytes >= e.opts.RingThreshold && count >= e.mesh.size
+	return e.mesh.Size() > 1 && nbytes >= e.opts.RingThreshold && count >= e.mesh.Size()
 }
 
 // useBruck selects Bruck's allgather (ceil(log2 n) steps, but packing
@@ -307,9 +308,9 @@ func split(count, n, i int) (lo, hi int) {
 func (e *Engine) reduce(op *comm.Op) error {
 	m := e.mesh
 	b := op.In[0]
-	dt, red := b.DType(), m.cur.red
+	dt, red := b.DType(), m.Cur.Red
 	buf := b.Bytes()
-	if m.rank != op.Root {
+	if m.Rank() != op.Root {
 		// Leave the caller's buffer unchanged on non-roots.
 		tmp := e.scratch(len(buf))
 		copy(tmp, buf)
@@ -321,8 +322,8 @@ func (e *Engine) reduce(op *comm.Op) error {
 	if err := reduceTree(m, buf, op.Root); err != nil {
 		return err
 	}
-	if m.rank == op.Root {
-		return postScale(buf, dt, red, m.size)
+	if m.Rank() == op.Root {
+		return postScale(buf, dt, red, m.Size())
 	}
 	return nil
 }
@@ -330,16 +331,16 @@ func (e *Engine) reduce(op *comm.Op) error {
 func (e *Engine) reduceScatter(op *comm.Op) error {
 	m := e.mesh
 	out := op.Out[0]
-	dt, red := out.DType(), m.cur.red
+	dt, red := out.DType(), m.Cur.Red
 	var counts []int
 	if op.Type == comm.OpReduceScatterV {
 		counts = op.RecvCounts
 	}
-	if op.Type == comm.OpReduceScatter && e.useFlat(m.size*out.Len()*dt.Size()) {
+	if op.Type == comm.OpReduceScatter && e.useFlat(m.Size()*out.Len()*dt.Size()) {
 		// The input, gathered in one scratch buffer (not modified:
 		// ncclReduceScatter), scaled for PreMulSum, is published as is.
-		tmp := e.scratch(m.size * out.Len() * dt.Size())[:0]
-		for i := range m.size {
+		tmp := e.scratch(m.Size() * out.Len() * dt.Size())[:0]
+		for i := range m.Size() {
 			tmp = append(tmp, comm.Chunk(op.In, i, nil, out.Len()).Bytes()...)
 		}
 		if err := preScale(tmp, dt, red); err != nil {
@@ -349,12 +350,12 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 		if err := reduceScatterFlat(m, tmp, ob); err != nil {
 			return err
 		}
-		return postScale(ob, dt, red, m.size)
+		return postScale(ob, dt, red, m.Size())
 	}
 	// Work on a copy: the input is not modified (ncclReduceScatter).
 	tmp := make([]byte, 0, enginekit.TotalLen(op.In)*dt.Size())
-	blocks := make([][]byte, m.size)
-	for i := range m.size {
+	blocks := make([][]byte, m.Size())
+	for i := range m.Size() {
 		src := comm.Chunk(op.In, i, counts, out.Len()).Bytes()
 		off := len(tmp)
 		tmp = append(tmp, src...)
@@ -367,8 +368,8 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 		return err
 	}
 	ob := out.Bytes()
-	copy(ob, blocks[m.rank])
-	return postScale(ob, dt, red, m.size)
+	copy(ob, blocks[m.Rank()])
+	return postScale(ob, dt, red, m.Size())
 }
 
 // scratch returns a reusable buffer of n bytes (progress goroutine only).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 )
 
 // How a broken communicator tells its peers (docs/semantics.md, "An abort
@@ -104,14 +105,14 @@ func (e *Engine) members() []int {
 // through the links' writer goroutines).
 func (e *Engine) tell(n failNotice) (payload []byte, missing int) {
 	payload = encodeNotice(n)
-	var asked []noticeLink
+	var asked []transport.NoticeLink
 	var written []<-chan struct{}
 	for _, l := range e.links {
-		nl, ok := l.(noticeLink)
-		if l == nil || !ok || !nl.up() {
+		nl, ok := l.(transport.NoticeLink)
+		if l == nil || !ok || !nl.Up() {
 			continue
 		}
-		if w := nl.notice(payload); w != nil {
+		if w := nl.Notice(payload); w != nil {
 			written = append(written, w)
 			if n.Ack {
 				asked = append(asked, nl)
@@ -143,7 +144,7 @@ func (e *Engine) tell(n failNotice) (payload []byte, missing int) {
 	for {
 		live := 0
 		for _, l := range asked {
-			if l.up() {
+			if l.Up() {
 				live++
 			}
 		}
@@ -165,7 +166,7 @@ func (e *Engine) tell(n failNotice) (payload []byte, missing int) {
 // encodeNotice encodes n, shortening a reason too long for maxNotice.
 func encodeNotice(n failNotice) []byte {
 	b, err := json.Marshal(n)
-	if err != nil || len(b) > maxNotice {
+	if err != nil || len(b) > transport.MaxNotice {
 		n.Reason = n.Reason[:min(len(n.Reason), 1024)]
 		b, _ = json.Marshal(n)
 	}
@@ -196,7 +197,7 @@ func (e *Engine) storeNotice(payload []byte) {
 // store before its connection broke; it returns the error that notice
 // means, or nil (the peer died without a word).
 func (e *Engine) lateNotice(peer int) error {
-	if e.cfg.Store == nil || e.ctl.stopped.Load() {
+	if e.cfg.Store == nil || e.ctl.Stopped.Load() {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lateNoticeWait)
@@ -217,19 +218,6 @@ func (e *Engine) lateNotice(peer int) error {
 
 // lateNoticeWait bounds lateNotice's store round trips.
 const lateNoticeWait = abortAckWait
-
-// noticeLink is a link that can carry notices (every link but the nil one
-// at this rank's own index).
-type noticeLink interface {
-	// notice queues a kindNotice with payload; it returns a channel
-	// closed once the notice is on the wire, or nil if the connection is
-	// down.
-	notice(payload []byte) <-chan struct{}
-	// ack queues a kindAck.
-	ack()
-	// up reports whether the connection to the peer is alive.
-	up() bool
-}
 
 // onNotice handles a peer's notice (from a reader goroutine, or the peer's
 // own goroutine over the in-memory transport); ack answers the peer on the
@@ -260,7 +248,7 @@ func (e *Engine) onNotice(peer int, payload []byte, ack func()) {
 			e.log.Error().Err(err).Int("peer", peer).Msg("cpu engine: a peer aborted the communicator")
 		}
 	}
-	e.ctl.poke()
+	e.ctl.Poke()
 	if n.Ack && ack != nil {
 		ack()
 	}

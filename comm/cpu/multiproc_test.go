@@ -159,7 +159,7 @@ func TestMultiProcRank(t *testing.T) {
 				t.Fatalf("rank %d: got %v, want a TransportError naming rank 1", rank, err)
 			}
 			if e.grp != nil {
-				fmt.Printf("RANK-FLAT %d futex=%v\n", e.grp.k, e.grp.futex)
+				fmt.Printf("RANK-FLAT %d futex=%v\n", e.grp.K, e.grp.Futex)
 			}
 			fmt.Println("RANK-RESULT transport-error")
 			return

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 )
 
 // Transport names accepted by Options.Transport.
@@ -14,7 +15,18 @@ const (
 	TransportAuto = "auto" // shm between ranks on the same host, tcp otherwise
 	TransportSHM  = "shm"  // shared memory only (every rank on one host)
 	TransportTCP  = "tcp"  // TCP only
+	// TransportInmem connects the engines of one process through an
+	// InmemHub (Options.Hub): tests and single-process simulations.
+	TransportInmem = "inmem"
 )
+
+// InmemHub connects the engines of one process through rings in Go memory
+// (transport.InmemHub; hashicorp/raft's InmemTransport). Pass the same hub
+// in Options.Hub, with Transport "inmem", to every engine of a job.
+type InmemHub = transport.InmemHub
+
+// NewInmemHub returns an empty hub for Options.Hub.
+func NewInmemHub() *InmemHub { return transport.NewInmemHub() }
 
 // Options configure the CPU engine. The zero value is valid: validate fills
 // the defaults noted on each field (etcd's Config.validate style).
@@ -60,7 +72,7 @@ type Options struct {
 	// segment (2·FlatThreshold + 4 KiB per rank). Default 32 KiB, chosen by
 	// measurement (docs/algorithms.md); negative disables the flat
 	// algorithms and the group segment (then waits fall back to the
-	// sched_yield and timer backoff of link.go). All ranks must use the
+	// sched_yield and timer backoff of transport/link.go). All ranks must use the
 	// same value.
 	FlatThreshold int
 }

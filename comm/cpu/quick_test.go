@@ -8,21 +8,26 @@ import (
 	"testing/quick"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 )
 
 // TestQuickAllReduceVsNaive checks the ring and recursive-doubling
-// allreduce, and reduce-scatter + allgather, against a naive elementwise
-// reference on random int64 data, world sizes and counts (etcd's
-// quorum/quick_test.go style).
+// allreduce against a naive elementwise reference on random int64 data,
+// world sizes and counts (etcd's quorum/quick_test.go style), calling the
+// algorithms directly over the in-memory mesh (transport.InmemMesh).
 func TestQuickAllReduceVsNaive(t *testing.T) {
+	algos := map[string]func(m *transport.Mesh, buf []int64) error{
+		"ring": func(m *transport.Mesh, buf []int64) error {
+			return allreduceRing(m, splitBlocks(buf, m.Size()))
+		},
+		"recdoubling": func(m *transport.Mesh, buf []int64) error {
+			return allreduceRecDoubling(m, i64bytes(buf), make([]byte, 8*len(buf)))
+		},
+	}
 	for n := 1; n <= 5; n++ {
 		for _, algo := range []string{"ring", "recdoubling"} {
 			t.Run(fmt.Sprintf("n=%d/%s", n, algo), func(t *testing.T) {
-				opts := Options{Transport: TransportSHM, ShmRingBytes: 16 << 10, RingThreshold: 1}
-				if algo == "recdoubling" {
-					opts.RingThreshold = 1 << 40
-				}
-				g := newGroup(t, n, opts)
+				mr := newMeshRun(t, n, 16<<10, 0)
 				f := func(seed uint64, c uint16, op uint8) bool {
 					count := int(c) % 3000
 					red := []comm.ReduceOp{comm.Sum, comm.Max, comm.BXor}[int(op)%3]
@@ -46,18 +51,16 @@ func TestQuickAllReduceVsNaive(t *testing.T) {
 							}
 						}
 					}
-					_, errs := g.run(func(r int, fp fpFunc) *comm.Op {
-						return &comm.Op{FP: fp(comm.OpAllReduce, comm.Int64, count, -1, red), Type: comm.OpAllReduce, Reduce: red, In: []comm.Buffer{comm.HostBuffer(data[r])}}
+					errs := mr.op(comm.OpAllReduce, count, -1, red, func(r int, m *transport.Mesh) error {
+						return algos[algo](m, data[r])
 					})
 					for r := range n {
 						if errs[r] != nil {
 							t.Log(errs[r])
 							return false
 						}
-						for i := range count {
-							if data[r][i] != want[i] {
-								return false
-							}
+						if !slices.Equal(data[r], want) {
+							return false
 						}
 					}
 					return true
@@ -72,16 +75,18 @@ func TestQuickAllReduceVsNaive(t *testing.T) {
 
 // TestQuickAllGatherVsNaive checks Bruck's and the ring allgather on random
 // uneven block sizes (AllGatherV, zero-length blocks included) and world
-// sizes against the expected concatenation.
+// sizes against the expected blocks, over the in-memory mesh.
 func TestQuickAllGatherVsNaive(t *testing.T) {
+	algos := map[string]func(m *transport.Mesh, blocks [][]byte) error{
+		"ring": func(m *transport.Mesh, blocks [][]byte) error { return ringAllGather(m, blocks, 0) },
+		"bruck": func(m *transport.Mesh, blocks [][]byte) error {
+			return allgatherBruck(m, blocks, make([]byte, bruckScratch(blocks)))
+		},
+	}
 	for n := 1; n <= 5; n++ {
 		for _, algo := range []string{"ring", "bruck"} {
 			t.Run(fmt.Sprintf("n=%d/%s", n, algo), func(t *testing.T) {
-				opts := Options{Transport: TransportSHM, ShmRingBytes: 16 << 10, RingThreshold: 1}
-				if algo == "bruck" {
-					opts.RingThreshold = 1 << 40
-				}
-				g := newGroup(t, n, opts)
+				mr := newMeshRun(t, n, 16<<10, 0)
 				f := func(seed uint64) bool {
 					rng := rand.New(rand.NewPCG(seed, 9))
 					counts := make([]int, n)
@@ -103,11 +108,16 @@ func TestQuickAllGatherVsNaive(t *testing.T) {
 						want = append(want, ins[r]...)
 					}
 					outs := make([][]int64, n)
-					_, errs := g.run(func(r int, fp fpFunc) *comm.Op {
+					errs := mr.op(comm.OpAllGatherV, total, -1, comm.ReduceOp{}, func(r int, m *transport.Mesh) error {
 						outs[r] = make([]int64, total)
-						op := &comm.Op{FP: fp(comm.OpAllGatherV, comm.Int64, total, -1, comm.ReduceOp{}), Type: comm.OpAllGatherV,
-							In: []comm.Buffer{comm.HostBuffer(ins[r])}, Out: []comm.Buffer{comm.HostBuffer(outs[r])}, RecvCounts: counts}
-						return op
+						blocks := make([][]byte, n)
+						off := 0
+						for i := range n {
+							blocks[i] = i64bytes(outs[r][off : off+counts[i]])
+							off += counts[i]
+						}
+						copy(blocks[r], i64bytes(ins[r]))
+						return algos[algo](m, blocks)
 					})
 					for r := range n {
 						if errs[r] != nil {

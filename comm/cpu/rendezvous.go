@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/comm/cpu/transport"
 )
 
 // Store keys (under the job's store): the per-job secret, and per group
@@ -33,7 +34,7 @@ type peerInfo struct {
 	Addr string `json:"addr"`
 	Host string `json:"host"`
 	PID  int    `json:"pid"`
-	// CPUs is the rank's CPU affinity, for the wait policy (shm_group.go).
+	// CPUs is the rank's CPU affinity, for the wait policy (transport/shm_group.go).
 	CPUs []int `json:"cpus,omitempty"`
 }
 
@@ -49,21 +50,18 @@ const (
 type accepted struct {
 	rank int
 	conn net.Conn
-	link link
+	link transport.Link
 	err  error
 }
 
 // connect runs the rendezvous and returns one link per peer (nil at this
 // rank). Lower ranks accept, higher ranks dial.
-func (e *Engine) connect(ctx context.Context) ([]link, error) {
-	links := make([]link, e.cfg.Size)
+func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 	if e.cfg.Size == 1 {
-		return links, nil
+		return make([]transport.Link, 1), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
-	st := e.cfg.Store
-
 	secret, err := e.secret(ctx)
 	if err != nil {
 		return nil, err
@@ -73,8 +71,37 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 		return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("listen: %w", err)}
 	}
 	e.ln = ln
-	port := ln.Addr().(*net.TCPAddr).Port
-	me := peerInfo{Addr: net.JoinHostPort(e.opts.AdvertiseHost, strconv.Itoa(port)), Host: e.opts.HostID, PID: os.Getpid(), CPUs: affinityCPUs()}
+	infos, err := e.exchangeInfos(ctx, ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		return nil, err
+	}
+	useShm, err := e.shmPolicy(infos)
+	if err != nil {
+		return nil, err
+	}
+	flat, err := e.createGroup(infos)
+	if err != nil {
+		return nil, err
+	}
+	if e.grp != nil {
+		defer e.grp.Unlink() // every peer mapped it once connect returns
+	}
+	links, err := e.linkAll(ctx, ln, secret, infos, useShm)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.finishShm(links, infos, flat); err != nil {
+		e.closeLinks(links)
+		return nil, err
+	}
+	return links, nil
+}
+
+// exchangeInfos publishes this rank's address (port on AdvertiseHost),
+// host, pid and CPU affinity, and reads every rank's.
+func (e *Engine) exchangeInfos(ctx context.Context, port int) ([]peerInfo, error) {
+	st := e.cfg.Store
+	me := peerInfo{Addr: net.JoinHostPort(e.opts.AdvertiseHost, strconv.Itoa(port)), Host: e.opts.HostID, PID: os.Getpid(), CPUs: transport.AffinityCPUs()}
 	b, _ := json.Marshal(me)
 	if err := st.Set(ctx, e.rankKey(e.cfg.Rank), b); err != nil {
 		return nil, fmt.Errorf("cpu: publishing rank %d address: %w", e.cfg.Rank, err)
@@ -89,6 +116,13 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: r, Err: fmt.Errorf("rendezvous: bad address record of rank %d: %w", r, err)}
 		}
 	}
+	return infos, nil
+}
+
+// shmPolicy returns whether the link to a peer uses shm (Transport, and
+// whether the peer is on this host); it fails for Transport "shm" with a
+// peer on another host.
+func (e *Engine) shmPolicy(infos []peerInfo) (func(peer int) (bool, error), error) {
 	useShm := func(peer int) (bool, error) {
 		same := infos[peer].Host == e.opts.HostID
 		switch e.opts.Transport {
@@ -107,28 +141,34 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 			return nil, err
 		}
 	}
-	// A group whose every rank is on this host over shm gets a group
-	// segment (shm_group.go), which group rank 0 creates and hands to
-	// every rank in the handshake. Every rank decides alike from infos.
-	flat := e.opts.FlatThreshold > 0 && e.cfg.Size <= maxFlatRanks && e.opts.Transport != TransportTCP
-	masks := make([][]int, e.cfg.Size)
+	return useShm, nil
+}
+
+// createGroup reports whether the group gets a group segment
+// (transport/shm_group.go): every rank on this host over shm, at most
+// transport.MaxFlatRanks of them. Group rank 0 creates it (e.grp) and
+// hands it to every rank in the handshake. Every rank decides alike from
+// infos.
+func (e *Engine) createGroup(infos []peerInfo) (bool, error) {
+	flat := e.opts.FlatThreshold > 0 && e.cfg.Size <= transport.MaxFlatRanks && e.opts.Transport != TransportTCP
 	for r := range e.cfg.Size {
 		flat = flat && infos[r].Host == e.opts.HostID
-		masks[r] = infos[r].CPUs
 	}
 	if flat && e.cfg.Rank == 0 {
-		g, err := createGroupShm(e.opts.ShmDir, e.cfg.Size, e.opts.FlatThreshold)
+		g, err := transport.CreateGroupShm(e.opts.ShmDir, e.cfg.Size, e.opts.FlatThreshold)
 		if err != nil {
-			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("creating the group shm segment: %w", err)}
+			return false, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("creating the group shm segment: %w", err)}
 		}
 		e.grp = g
-		defer g.unlink() // every peer mapped it once connect returns
 	}
+	return flat, nil
+}
 
+// linkAll dials every lower rank and accepts every higher one.
+func (e *Engine) linkAll(ctx context.Context, ln net.Listener, secret []byte, infos []peerInfo, useShm func(int) (bool, error)) ([]transport.Link, error) {
+	links := make([]transport.Link, e.cfg.Size)
 	acc := make(chan accepted, e.cfg.Size)
 	go e.acceptLoop(ln, secret, useShm, acc)
-
-	// Dial every lower rank.
 	for r := 0; r < e.cfg.Rank; r++ {
 		l, err := e.dial(ctx, r, infos[r].Addr, secret)
 		if err != nil {
@@ -137,7 +177,6 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 		}
 		links[r] = l
 	}
-	// Wait for every higher rank.
 	for missing := e.cfg.Size - 1 - e.cfg.Rank; missing > 0; missing-- {
 		select {
 		case a := <-acc:
@@ -158,50 +197,54 @@ func (e *Engine) connect(ctx context.Context) ([]link, error) {
 			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: first, Err: fmt.Errorf("rendezvous: rank %d did not connect: %w", first, ctx.Err())}
 		}
 	}
-	for p, l := range links {
-		if s, ok := l.(*shmLink); ok {
-			e.shms = append(e.shms, s)
-			e.ctl.pumps = append(e.ctl.pumps, s)
-			if infos[p].PID != os.Getpid() {
-				e.ctl.yieldOS = true
-			}
-		}
-	}
-	if flat {
-		if e.grp == nil {
-			e.closeLinks(links)
-			return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: 0, Err: errors.New("rendezvous: rank 0 sent no group shm segment")}
-		}
-		e.grp.spin = spinBudget(e.cfg.Size, masks)
-		if e.grp.spin == 0 {
-			e.grp.yield = spinFor
-		}
-		if e.ctl.yieldOS {
-			e.attachGroup()
-		}
-	}
 	return links, nil
 }
 
+// finishShm registers the shm links with the engine's Ctl and sets the
+// group segment's wait policy from every rank's CPU affinity.
+func (e *Engine) finishShm(links []transport.Link, infos []peerInfo, flat bool) error {
+	for p, l := range links {
+		if s, ok := l.(*transport.ShmLink); ok {
+			e.shms = append(e.shms, s)
+			e.ctl.Pumps = append(e.ctl.Pumps, s)
+			if infos[p].PID != os.Getpid() {
+				e.ctl.YieldOS = true
+			}
+		}
+	}
+	if !flat {
+		return nil
+	}
+	if e.grp == nil {
+		return &comm.TransportError{Rank: e.cfg.Rank, Peer: 0, Err: errors.New("rendezvous: rank 0 sent no group shm segment")}
+	}
+	masks := make([][]int, e.cfg.Size)
+	for r := range e.cfg.Size {
+		masks[r] = infos[r].CPUs
+	}
+	e.grp.Spin = transport.SpinBudget(e.cfg.Size, masks)
+	if e.grp.Spin == 0 {
+		e.grp.Yield = transport.SpinFor
+	}
+	if e.ctl.YieldOS {
+		e.attachGroup()
+	}
+	return nil
+}
+
 // attachGroup makes the group segment the doorbell of every wait
-// (shm_group.go) once the links are up, when the group spans processes.
+// (transport/shm_group.go) once the links are up, when the group spans processes.
 // A group whose ranks are all goroutines of this process (tests, the
-// inmem transport) keeps the backoff of link.go, which yields to the Go
+// inmem transport) keeps the backoff of transport/link.go, which yields to the Go
 // scheduler: a thread blocked in FUTEX_WAIT keeps its P until sysmon
 // takes it back (20 µs to 10 ms), while the peer it waits for may be a
 // goroutine queued on that very P.
-func (e *Engine) attachGroup() {
-	e.grp.futex = true
-	e.ctl.grp.Store(e.grp)
-	for _, s := range e.ctl.pumps {
-		s.grp = e.grp
-	}
-}
+func (e *Engine) attachGroup() { e.ctl.UseDoorbell(e.grp) }
 
-func (e *Engine) closeLinks(links []link) {
+func (e *Engine) closeLinks(links []transport.Link) {
 	for _, l := range links {
 		if l != nil {
-			l.close()
+			l.Close()
 		}
 	}
 }
@@ -238,7 +281,7 @@ func mac(secret, nonce, hello []byte) []byte {
 }
 
 // dial connects to lower rank r and authenticates.
-func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (link, error) {
+func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (transport.Link, error) {
 	var d net.Dialer
 	var conn net.Conn
 	var err error
@@ -255,7 +298,7 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (l
 	}
 	dl, _ := ctx.Deadline()
 	_ = conn.SetDeadline(dl)
-	fail := func(err error) (link, error) {
+	fail := func(err error) (transport.Link, error) {
 		_ = conn.Close()
 		return nil, fmt.Errorf("handshake with rank %d at %s: %w", r, addr, err)
 	}
@@ -292,15 +335,15 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (l
 	if _, err := io.ReadFull(conn, gname); err != nil {
 		return fail(err)
 	}
-	var s *shmLink
+	var s *transport.ShmLink
 	if len(name) > 0 {
-		s, err = openShm(string(name), e.opts.ShmRingBytes, false)
+		s, err = transport.OpenShm(string(name), e.opts.ShmRingBytes, false)
 		if err == nil && len(gname) > 0 && r == 0 {
-			var g *shmGroup
-			if g, err = openGroupShm(string(gname), e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank); err == nil {
+			var g *transport.ShmGroup
+			if g, err = transport.OpenGroupShm(string(gname), e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank); err == nil {
 				e.grp = g
 			} else {
-				s.unmap()
+				s.Unmap()
 			}
 		}
 		ack := []byte{statusOK}
@@ -308,7 +351,7 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (l
 			ack[0] = 0
 		}
 		if _, werr := conn.Write(ack); werr != nil && err == nil {
-			s.unmap()
+			s.Unmap()
 			return fail(werr)
 		}
 		if err != nil {
@@ -321,12 +364,12 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (l
 
 // newLink wraps an authenticated connection: a tcp data link, or an shm
 // link whose control channel is the connection.
-func (e *Engine) newLink(peer int, conn net.Conn, s *shmLink) link {
+func (e *Engine) newLink(peer int, conn net.Conn, s *transport.ShmLink) transport.Link {
 	br := bufio.NewReaderSize(conn, 256<<10)
 	if s == nil {
-		return newTCPLink(peer, conn, br, e.ctl, true)
+		return transport.NewTCPLink(peer, conn, br, e.ctl, true)
 	}
-	s.start(peer, e.ctl, newTCPLink(peer, conn, br, e.ctl, false))
+	s.Start(peer, e.ctl, transport.NewTCPLink(peer, conn, br, e.ctl, false))
 	return s
 }
 
@@ -339,7 +382,7 @@ func (e *Engine) acceptLoop(ln net.Listener, secret []byte, useShm func(int) (bo
 	type result struct {
 		rank int
 		conn net.Conn
-		shm  *shmLink
+		shm  *transport.ShmLink
 		err  error
 	}
 	results := make(chan result)
@@ -364,10 +407,10 @@ func (e *Engine) acceptLoop(ln net.Listener, secret []byte, useShm func(int) (bo
 				r, s, err := e.serverHandshake(c, secret, useShm)
 				select {
 				case results <- result{r, c, s, err}:
-				case <-e.ctl.stop:
+				case <-e.ctl.Stop:
 					_ = c.Close()
 					if s != nil {
-						s.unmap()
+						s.Unmap()
 					}
 				}
 			}()
@@ -379,7 +422,7 @@ func (e *Engine) acceptLoop(ln net.Listener, secret []byte, useShm func(int) (bo
 				e.log.Warn().Str("remote", res.conn.RemoteAddr().String()).Err(res.err).Msg("cpu engine rejected a connection")
 				_ = res.conn.Close()
 				if res.shm != nil {
-					res.shm.unmap()
+					res.shm.Unmap()
 				}
 				continue
 			}
@@ -393,7 +436,7 @@ func (e *Engine) acceptLoop(ln net.Listener, secret []byte, useShm func(int) (bo
 // HMAC of it under the job secret, plus the right group, epoch and a
 // higher rank. For an shm pair it creates the segment, sends its name and
 // unlinks it once the peer mapped it.
-func (e *Engine) serverHandshake(c net.Conn, secret []byte, useShm func(int) (bool, error)) (int, *shmLink, error) {
+func (e *Engine) serverHandshake(c net.Conn, secret []byte, useShm func(int) (bool, error)) (int, *transport.ShmLink, error) {
 	_ = c.SetDeadline(time.Now().Add(min(e.cfg.Timeout, 30*time.Second)))
 	nonce := make([]byte, nonceSize)
 	if _, err := rand.Read(nonce); err != nil {
@@ -421,20 +464,20 @@ func (e *Engine) serverHandshake(c net.Conn, secret []byte, useShm func(int) (bo
 		return r, nil, fmt.Errorf("unexpected rank %d", r)
 	}
 	shm, _ := useShm(r)
-	var s *shmLink
+	var s *transport.ShmLink
 	var name string
 	if shm {
 		var err error
-		s, err = createShm(e.opts.ShmDir, e.opts.ShmRingBytes)
+		s, err = transport.CreateShm(e.opts.ShmDir, e.opts.ShmRingBytes)
 		if err != nil {
 			return r, nil, fmt.Errorf("creating shm segment for rank %d: %w", r, err)
 		}
-		name = s.path
+		name = s.Path
 	}
 	// The group segment's name follows (rank 0 only; else empty).
 	var gname string
 	if s != nil && e.cfg.Rank == 0 && e.grp != nil {
-		gname = e.grp.path
+		gname = e.grp.Path
 	}
 	st := make([]byte, 3+len(name)+2+len(gname))
 	st[0] = statusOK
@@ -444,14 +487,14 @@ func (e *Engine) serverHandshake(c net.Conn, secret []byte, useShm func(int) (bo
 	copy(st[5+len(name):], gname)
 	if _, err := c.Write(st); err != nil {
 		if s != nil {
-			s.unlink()
+			s.Unlink()
 		}
 		return r, s, err
 	}
 	if s != nil {
 		var ack [1]byte
 		_, err := io.ReadFull(c, ack[:])
-		s.unlink()
+		s.Unlink()
 		if err != nil || ack[0] != statusOK {
 			return r, s, fmt.Errorf("rank %d could not map the shm segment", r)
 		}

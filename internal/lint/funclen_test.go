@@ -30,7 +30,6 @@ var allowedLong = map[string]string{
 
 	// Owned by concurrent work this step must not restructure (op path,
 	// transports); to split when that work has landed.
-	"comm/cpu/rendezvous.go:Engine.connect":     "transport setup (comm/cpu transports are being reworked separately)",
 	"comm/nccl/communicator.go:Engine.getComm":  "NCCL communicator creation on the op path (reworked separately)",
 	"comm/nccl/engine.go:Engine.loop":           "NCCL launch goroutine on the op path (reworked separately)",
 	"comm/subgroups.go:ProcessGroup.agreeLocal": "NewGroup local synchronization, just landed with the comm API work (81 lines)",

@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"errors"
@@ -11,29 +11,29 @@ import (
 	"github.com/ranktree/ranktree/comm/cpu/kernel"
 )
 
-// link is the connection to one peer as the progress goroutine sees it: the
+// Link is the connection to one peer as the progress goroutine sees it: the
 // transport interface the mesh (and through it every algorithm) is written
 // against, in the manner of Gloo's transport::Pair. tcp.go and shm.go
 // implement it; each may run helper goroutines, the algorithms never do.
 //
 // Only the progress goroutine calls poll, read, send and flush.
-type link interface {
+type Link interface {
 	// poll returns the header of the next incoming message without blocking;
 	// ok is false when none has arrived. Repeated polls return the same
 	// message until read consumes it. A dead connection gives an error.
-	poll() (h header, ok bool, err error)
+	poll() (h Header, ok bool, err error)
 	// read consumes the payload (h.Len bytes) of the message poll returned,
 	// delivering it to s.
-	read(h *header, s sink) error
+	read(h *Header, s sink) error
 	// send queues one message. payload must stay unchanged until flush.
-	send(h *header, payload []byte) error
+	send(h *Header, payload []byte) error
 	// flush blocks until every queued message has left its payload buffer.
 	flush() error
 	// shared reports whether polling this link needs spinning (shm) rather
 	// than waiting on the control notify channel (tcp).
 	spins() bool
 	// close releases the link; blocked calls return errStopped.
-	close()
+	Close()
 }
 
 // sink is where read puts a payload: copied into dst (len(dst) == h.Len),
@@ -67,45 +67,45 @@ func (s sink) deliver(off int, seg []byte) error {
 
 // errStopped is returned by links once the engine was aborted or closed; the
 // engine replaces it with the AbortedError or ErrClosed it recorded.
-var errStopped = errors.New("cpu: engine stopped")
+var ErrStopped = errors.New("cpu: engine stopped")
 
-// ctl is the state every link of one engine shares: the stop signal (Abort
+// Ctl is the state every link of one engine shares: the stop signal (Abort
 // or Close), the wake-up channel that tcp readers poke when a message
 // arrives, and the handler for mismatch notices from peers.
-type ctl struct {
-	stop    chan struct{} // closed by Abort/Close
-	stopped atomic.Bool
-	// aborting is set when Abort begins, before it tells the peers and
+type Ctl struct {
+	Stop    chan struct{} // closed by Abort/Close
+	Stopped atomic.Bool   // set with Stop; polled by spinning waits
+	// Aborting is set when Abort begins, before it tells the peers and
 	// stops the engine: a connection a peer closes meanwhile is a
 	// consequence of this abort, not its cause (mesh.transportErr).
-	aborting atomic.Bool
+	Aborting atomic.Bool
 	notify   chan struct{} // cap 1: something arrived on some tcp link
-	// onNotice is called from tcp reader goroutines when peer sends a
-	// notice (failure.go) with its payload; onAck when peer acknowledges
-	// one of ours.
-	onNotice func(peer int, payload []byte, ack func())
-	onAck    func(peer int)
-	// fatal is the engine's recorded fatal error (a peer's notice), checked
+	// OnNotice is called from tcp reader goroutines when peer sends a
+	// notice (the engine's failure.go) with its payload; OnAck when peer
+	// acknowledges one of ours. Either may be nil.
+	OnNotice func(peer int, payload []byte, ack func())
+	OnAck    func(peer int) // see OnNotice
+	// Fatal is the engine's recorded fatal error (a peer's notice), checked
 	// by waits that could otherwise outlive a broken op.
-	fatal func() error
-	// yieldOS is set when some shm peer is another process: waits then
+	Fatal func() error
+	// YieldOS is set when some shm peer is another process: waits then
 	// also yield the OS thread, so that the peer can run on an
 	// oversubscribed machine.
-	yieldOS bool
-	// pumps are the shm links with a send queue; pumpAll drives them
+	YieldOS bool
+	// Pumps are the shm links with a send queue; pumpAll drives them
 	// (progress goroutine only).
-	pumps []*shmLink
-	// grp is the group segment, or nil: with it, waits follow its wait
+	Pumps []*ShmLink
+	// Grp is the group segment, or nil: with it, waits follow its wait
 	// policy (spin a bounded time, then sleep on this rank's bell) instead
 	// of the backoff's yields and timers.
 	// Set once at connect, read by tcp reader goroutines (poke).
-	grp atomic.Pointer[shmGroup]
+	Grp atomic.Pointer[ShmGroup]
 }
 
 // pumpAll moves queued shm sends into their rings; it reports progress.
-func (c *ctl) pumpAll() bool {
+func (c *Ctl) pumpAll() bool {
 	p := false
-	for _, s := range c.pumps {
+	for _, s := range c.Pumps {
 		if len(s.q) > 0 && s.pump() {
 			p = true
 		}
@@ -113,17 +113,31 @@ func (c *ctl) pumpAll() bool {
 	return p
 }
 
-func newCtl() *ctl {
-	return &ctl{stop: make(chan struct{}), notify: make(chan struct{}, 1), fatal: func() error { return nil }}
+// NewCtl returns the shared state for the links of one engine (or one
+// rank of an InmemMesh): not stopped, Fatal reporting nothing.
+func NewCtl() *Ctl {
+	return &Ctl{Stop: make(chan struct{}), notify: make(chan struct{}, 1), Fatal: func() error { return nil }}
 }
 
-// poke wakes the progress goroutine if it waits on notify.
-func (c *ctl) poke() {
+// Halt stops c: every wait of its links and meshes returns ErrStopped
+// within one pause (Stopped, Stop closed, a sleeping rank woken). It
+// reports whether this call stopped it. Safe from any goroutine.
+func (c *Ctl) Halt() bool {
+	if c.Stopped.Swap(true) {
+		return false
+	}
+	close(c.Stop)
+	c.Poke() // rings this rank's bell if it sleeps on it
+	return true
+}
+
+// Poke wakes the progress goroutine if it waits on notify.
+func (c *Ctl) Poke() {
 	select {
 	case c.notify <- struct{}{}:
 	default:
 	}
-	if g := c.grp.Load(); g != nil {
+	if g := c.Grp.Load(); g != nil {
 		g.wakeSelf()
 	}
 }
@@ -146,11 +160,11 @@ const (
 )
 
 // pause waits a little; it returns errStopped if c is stopped.
-func (b *backoff) pause(c *ctl) error {
-	if c.stopped.Load() {
-		return errStopped
+func (b *backoff) pause(c *Ctl) error {
+	if c.Stopped.Load() {
+		return ErrStopped
 	}
-	if g := c.grp.Load(); g != nil {
+	if g := c.Grp.Load(); g != nil {
 		return g.pause(&b.pc, c)
 	}
 	b.n++
@@ -162,7 +176,7 @@ func (b *backoff) pause(c *ctl) error {
 		// (the peer rank, on an oversubscribed machine): spinning alone
 		// would hold the core the peer needs to make progress.
 		runtime.Gosched()
-		if c.yieldOS {
+		if c.YieldOS {
 			osYield()
 		}
 	default:
@@ -185,9 +199,9 @@ func (b *backoff) pause(c *ctl) error {
 		case <-t.C:
 		case <-c.notify:
 			t.Stop()
-		case <-c.stop:
+		case <-c.Stop:
 			t.Stop()
-			return errStopped
+			return ErrStopped
 		}
 		c.setAsleep(0)
 		b.armed = false
@@ -196,8 +210,8 @@ func (b *backoff) pause(c *ctl) error {
 }
 
 // setAsleep raises or clears this rank's asleep flag on every shm link.
-func (c *ctl) setAsleep(v uint32) {
-	for _, s := range c.pumps {
+func (c *Ctl) setAsleep(v uint32) {
+	for _, s := range c.Pumps {
 		s.mySleep.Store(v)
 	}
 }
@@ -210,4 +224,17 @@ func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 func (b *backoff) reset() {
 	b.n, b.sleep, b.armed = 0, 0, false
 	b.pc.settle()
+}
+
+// NoticeLink is a link that can carry notices (every link but the nil one
+// at this rank's own index).
+type NoticeLink interface {
+	// notice queues a kindNotice with payload; it returns a channel
+	// closed once the notice is on the wire, or nil if the connection is
+	// down.
+	Notice(payload []byte) <-chan struct{}
+	// ack queues a kindAck.
+	ack()
+	// up reports whether the connection to the peer is alive.
+	Up() bool
 }

@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"context"
@@ -11,12 +11,9 @@ import (
 	"github.com/ranktree/ranktree/comm"
 )
 
-// TransportInmem connects engines of one process through an InmemHub.
-const TransportInmem = "inmem"
-
 // InmemHub connects the engines of one process through rings in Go memory:
 // no sockets, files or store keys (the counterpart of hashicorp/raft's
-// inmem_transport.go). Pass the same hub in Options.Hub, with Transport
+// inmem_transport.go). Pass the same hub in cpu.Options.Hub, with Transport
 // "inmem", to every engine of a job; it is meant for tests and
 // single-process simulations. The rings and their protocol are the shm
 // transport's. Safe for concurrent use.
@@ -73,7 +70,7 @@ func (c *inmemCtrl) readErr() error {
 // closedChan is a channel that is already closed.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-func (c *inmemCtrl) notice(payload []byte) <-chan struct{} {
+func (c *inmemCtrl) Notice(payload []byte) <-chan struct{} {
 	me, peer := c.pair.ends[c.side], c.pair.ends[1-c.side]
 	if peer.closed.Load() || me.closed.Load() {
 		return nil
@@ -94,22 +91,28 @@ func (c *inmemCtrl) ack() {
 	}
 }
 
-func (c *inmemCtrl) up() bool {
+func (c *inmemCtrl) Up() bool {
 	return !c.pair.ends[0].closed.Load() && !c.pair.ends[1].closed.Load()
 }
 
 func (c *inmemCtrl) wakePeer() { c.pair.ends[1-c.side].poke() }
 
-func (c *inmemCtrl) close() {
+// Close closes this end and wakes the peer; the hub forgets the pair once
+// no end is live (both closed, or the peer never attached: a member that
+// gave up waiting for it).
+func (c *inmemCtrl) Close() {
 	if c.pair.ends[c.side].closed.Swap(true) {
 		return
 	}
-	c.pair.ends[1-c.side].poke()
 	c.hub.mu.Lock()
-	if c.pair.ends[1-c.side].closed.Load() && c.hub.pairs[c.key] == c.pair {
+	peer := c.pair.ends[1-c.side]
+	if (peer == nil || peer.closed.Load()) && c.hub.pairs[c.key] == c.pair {
 		delete(c.hub.pairs, c.key)
 	}
 	c.hub.mu.Unlock()
+	if peer != nil {
+		peer.poke()
+	}
 }
 
 // attach registers end as rank's side of its pair with peer and returns the
@@ -177,77 +180,119 @@ type inmemGroup struct {
 	refs int
 }
 
-// connectInmem builds one ring link per peer through opts.Hub and waits
-// until every peer attached.
-func (e *Engine) connectInmem(ctx context.Context) ([]link, error) {
-	links := make([]link, e.cfg.Size)
-	if e.cfg.Size == 1 {
-		return links, nil
+// InmemConfig names one member of a group that connects through an
+// InmemHub, and the sizes every member must agree on.
+type InmemConfig struct {
+	Group string // process group name
+	Epoch uint32 // the group's epoch: a restarted group gets new rings
+	Rank  int    // this member's group rank, 0 <= Rank < Size
+	Size  int    // group size
+	// RingBytes is the size of each ring direction of a pair (the shm
+	// transport's ShmRingBytes), a positive multiple of 8.
+	RingBytes int
+	// SlotBytes is the slot size of the one-step algorithms (FlatThreshold);
+	// 0, or a group above MaxFlatRanks, gets no group segment.
+	SlotBytes int
+}
+
+// Connect attaches cfg.Rank to the hub and returns one ring link per peer
+// (nil at cfg.Rank), driven by c, and the group segment (nil if the group
+// gets none). It waits until every peer attached, or returns a
+// *comm.TransportError naming the first missing one once ctx ends; a
+// member attached twice, or members disagreeing on RingBytes or SlotBytes,
+// give an error wrapping comm.ErrInvalidArgument. The caller closes the
+// links (and Unmaps the group segment) when done.
+func (h *InmemHub) Connect(ctx context.Context, cfg InmemConfig, c *Ctl) ([]Link, *ShmGroup, error) {
+	ctrls, err := h.attachAll(cfg, c)
+	if err != nil {
+		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
-	defer cancel()
-	hub := e.opts.Hub
-	end := &inmemEnd{rank: e.cfg.Rank, onNotice: e.onNotice, onAck: e.onAck, poke: e.ctl.poke}
-	ctrls := make([]*inmemCtrl, e.cfg.Size)
-	for p := range e.cfg.Size {
-		if p == e.cfg.Rank {
+	if err := h.await(ctx, cfg.Rank, ctrls); err != nil {
+		return nil, nil, err
+	}
+	links := h.ringLinks(cfg, c, ctrls)
+	if cfg.SlotBytes <= 0 || cfg.Size < 2 || cfg.Size > MaxFlatRanks {
+		return links, nil, nil
+	}
+	mem, release, err := h.group(cfg.Group, cfg.Epoch, cfg.Size, cfg.SlotBytes)
+	if err != nil {
+		closeCtrls(ctrls)
+		return nil, nil, err
+	}
+	g := GroupOver(mem, cfg.Size, cfg.SlotBytes, cfg.Rank)
+	g.Release = release
+	// Every rank is a goroutine of this process: waits keep the backoff
+	// of link.go, not the group's futex policy (see ShmGroup.Futex).
+	return links, g, nil
+}
+
+// attachAll registers cfg.Rank's end with every peer's pair.
+func (h *InmemHub) attachAll(cfg InmemConfig, c *Ctl) ([]*inmemCtrl, error) {
+	end := &inmemEnd{rank: cfg.Rank, onNotice: c.OnNotice, onAck: c.OnAck, poke: c.Poke}
+	if end.onNotice == nil {
+		end.onNotice = func(int, []byte, func()) {}
+	}
+	if end.onAck == nil {
+		end.onAck = func(int) {}
+	}
+	ctrls := make([]*inmemCtrl, cfg.Size)
+	for p := range cfg.Size {
+		if p == cfg.Rank {
 			continue
 		}
-		pair, k, side, err := hub.attach(e.cfg.Group, e.cfg.Epoch, e.cfg.Rank, p, e.opts.ShmRingBytes, end)
+		pair, k, side, err := h.attach(cfg.Group, cfg.Epoch, cfg.Rank, p, cfg.RingBytes, end)
 		if err != nil {
-			for _, c := range ctrls {
-				if c != nil {
-					c.close()
-				}
-			}
+			closeCtrls(ctrls)
 			return nil, err
 		}
-		ctrls[p] = &inmemCtrl{hub: hub, key: k, pair: pair, side: side}
+		ctrls[p] = &inmemCtrl{hub: h, key: k, pair: pair, side: side}
 	}
+	return ctrls, nil
+}
+
+// await waits until every peer of rank attached its end.
+func (h *InmemHub) await(ctx context.Context, rank int, ctrls []*inmemCtrl) error {
 	for p, c := range ctrls {
-		if c == nil {
-			continue
-		}
-		for {
-			hub.mu.Lock()
+		for c != nil {
+			h.mu.Lock()
 			ok := c.pair.ends[1-c.side] != nil
-			ch := hub.changed
-			hub.mu.Unlock()
+			ch := h.changed
+			h.mu.Unlock()
 			if ok {
 				break
 			}
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				for _, c := range ctrls {
-					if c != nil {
-						c.close()
-					}
-				}
-				return nil, &comm.TransportError{Rank: e.cfg.Rank, Peer: p, Err: fmt.Errorf("rendezvous: rank %d did not attach to the hub: %w", p, ctx.Err())}
+				closeCtrls(ctrls)
+				return &comm.TransportError{Rank: rank, Peer: p, Err: fmt.Errorf("rendezvous: rank %d did not attach to the hub: %w", p, ctx.Err())}
 			}
 		}
-		s := ringsOver(c.pair.mem, e.opts.ShmRingBytes, c.side == 0)
-		s.start(p, e.ctl, c)
+	}
+	return nil
+}
+
+// ringLinks lays the rings of each attached pair out as a link.
+func (h *InmemHub) ringLinks(cfg InmemConfig, c *Ctl, ctrls []*inmemCtrl) []Link {
+	links := make([]Link, cfg.Size)
+	for p, ct := range ctrls {
+		if ct == nil {
+			continue
+		}
+		s := RingsOver(ct.pair.mem, cfg.RingBytes, ct.side == 0)
+		s.Start(p, c, ct)
 		links[p] = s
-		e.ctl.pumps = append(e.ctl.pumps, s)
+		c.Pumps = append(c.Pumps, s)
 	}
-	if e.opts.FlatThreshold > 0 && e.cfg.Size <= maxFlatRanks {
-		mem, release, err := hub.group(e.cfg.Group, e.cfg.Epoch, e.cfg.Size, e.opts.FlatThreshold)
-		if err != nil {
-			for _, c := range ctrls {
-				if c != nil {
-					c.close()
-				}
-			}
-			return nil, err
+	return links
+}
+
+func closeCtrls(ctrls []*inmemCtrl) {
+	for _, c := range ctrls {
+		if c != nil {
+			c.Close()
 		}
-		e.grp = groupOver(mem, e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank)
-		e.grp.release = release
-		// Every rank is a goroutine of this process: waits keep the
-		// backoff of link.go (see attachGroup).
 	}
-	return links, nil
 }
 
 // unsafeBytes views words as bytes (8-byte aligned, as the rings need).

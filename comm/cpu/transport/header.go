@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"encoding/binary"
@@ -9,7 +9,7 @@ import (
 )
 
 // headerSize is the size of every message header on the wire, in bytes.
-const headerSize = 64
+const HeaderSize = 64
 
 const (
 	headerMagic   = 0x5254 // "RT"
@@ -27,20 +27,20 @@ const (
 	kindP2P
 	// kindNotice tells the receiver that the sender's communicator broke
 	// (a mismatch it found, an abort, a dead peer) or is closing; its
-	// payload is a failNotice (failure.go), at most maxNotice bytes.
+	// payload is a failNotice (comm/cpu/failure.go), at most maxNotice bytes.
 	kindNotice
 	// kindWake (control connection of an shm pair, no payload) wakes a
 	// rank that went to sleep waiting on its rings.
 	kindWake
 	// kindAck (no payload) acknowledges a notice that asked for one: the
-	// receiver has recorded the failure (failure.go).
+	// receiver has recorded the failure (comm/cpu/failure.go).
 	kindAck
 )
 
 // maxNotice bounds a notice's payload.
-const maxNotice = 16 << 10
+const MaxNotice = 16 << 10
 
-// header is the fixed 64-byte prefix of every message. Layout (little endian):
+// Header is the fixed 64-byte prefix of every message. Layout (little endian):
 //
 //	0  magic u16 | 2 version u8 | 3 kind u8 | 4 sender rank u32
 //	8  group u64
@@ -54,21 +54,21 @@ const maxNotice = 16 << 10
 // Bytes 48-55 hold a Send's tag in a P2P message and the fingerprint's
 // shape key in every other message (P2P fingerprints carry no shape, and
 // collectives no tag).
-type header struct {
-	Kind   msgKind
-	Sender int
-	FP     comm.Fingerprint
-	Step   uint32 // algorithm step that sent it, for diagnostics and matching
-	Tag    int64  // Send/Recv tag
-	Len    uint64 // payload bytes following the header (padded to 8 on shm)
+type Header struct {
+	Kind   msgKind          // what the message carries
+	Sender int              // the sender's group rank
+	FP     comm.Fingerprint // the op the message belongs to
+	Step   uint32           // algorithm step that sent it, for diagnostics and matching
+	Tag    int64            // Send/Recv tag
+	Len    uint64           // payload bytes following the header (padded to 8 on shm)
 }
 
 // errBadHeader is wrapped by decodeHeader's errors.
 var errBadHeader = errors.New("cpu: malformed message header")
 
 // encode writes h into b, which must hold headerSize bytes.
-func (h *header) encode(b []byte) {
-	_ = b[headerSize-1]
+func (h *Header) encode(b []byte) {
+	_ = b[HeaderSize-1]
 	le := binary.LittleEndian
 	le.PutUint16(b[0:], headerMagic)
 	b[2] = headerVersion
@@ -99,10 +99,10 @@ const maxPayload = 1 << 40
 // decodeHeader parses b (at least headerSize bytes). It rejects a wrong
 // magic or version, an unknown kind, op or dtype, and absurd lengths; the
 // error wraps errBadHeader.
-func decodeHeader(b []byte) (header, error) {
-	var h header
-	if len(b) < headerSize {
-		return h, fmt.Errorf("%w: %d bytes, want %d", errBadHeader, len(b), headerSize)
+func decodeHeader(b []byte) (Header, error) {
+	var h Header
+	if len(b) < HeaderSize {
+		return h, fmt.Errorf("%w: %d bytes, want %d", errBadHeader, len(b), HeaderSize)
 	}
 	le := binary.LittleEndian
 	if m := le.Uint16(b[0:]); m != headerMagic {
@@ -150,8 +150,8 @@ func decodeHeader(b []byte) (header, error) {
 	if h.Len > maxPayload {
 		return h, fmt.Errorf("%w: payload length %d exceeds %d", errBadHeader, h.Len, uint64(maxPayload))
 	}
-	if h.Kind == kindNotice && h.Len > maxNotice {
-		return h, fmt.Errorf("%w: notice payload %d bytes, at most %d", errBadHeader, h.Len, maxNotice)
+	if h.Kind == kindNotice && h.Len > MaxNotice {
+		return h, fmt.Errorf("%w: notice payload %d bytes, at most %d", errBadHeader, h.Len, MaxNotice)
 	}
 	if (h.Kind == kindWake || h.Kind == kindAck) && h.Len != 0 {
 		return h, fmt.Errorf("%w: control message with a %d-byte payload", errBadHeader, h.Len)

@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"fmt"
@@ -6,35 +6,6 @@ import (
 
 	"github.com/ranktree/ranktree/comm"
 )
-
-// Slots is what a one-step shared-memory algorithm sees of the group (the
-// counterpart of Mesh for Open MPI's coll/sm and MPICH's release-gather):
-// one slot per rank in the group segment (shm_group.go), written by its
-// rank and read in place by every other. Each one-step op publishes every
-// rank's slot, even one with nothing to contribute (a broadcast's
-// non-roots publish an empty one), and every rank reads every slot's
-// header: so every rank checks every other rank's fingerprint, and the op
-// needs no separate agreement step (agree.go). Methods are called from
-// one goroutine.
-type Slots interface {
-	// Rank and Size are this member's group rank and the group size.
-	Rank() int
-	Size() int
-	// Publish copies payload (at most Options.FlatThreshold bytes) with
-	// the current op's header into this rank's slot for the next one-step
-	// op and publishes it to every peer.
-	Publish(payload []byte) error
-	// Slot waits until rank p published its slot of the current op,
-	// checks its header against this rank's op (fingerprint, and a
-	// payload of n bytes) and returns the payload, which stays valid and
-	// unchanged until Done. Slot(Rank(), n) is this rank's own.
-	Slot(p, n int) ([]byte, error)
-	// Done tells the peers that this rank has read every slot of the
-	// current op (its slots may be reused for op k+2).
-	Done()
-	// Reduce combines src into dst with the op's reduction (dst = op(dst, src)).
-	Reduce(dst, src []byte) error
-}
 
 // flatStep is the step number written in slot headers.
 const flatStep = 1 << 23
@@ -44,13 +15,13 @@ const flatStep = 1 << 23
 // Every peer has done so in the flat-only sequence of ops (it published
 // op k-1, which this rank read, only after it acknowledged k-2), so the
 // wait below is a safety check that does not wait in practice.
-func (m *mesh) Publish(payload []byte) error {
-	g := m.grp
+func (m *Mesh) Publish(payload []byte) error {
+	g := m.Grp
 	if len(payload) > g.slotBytes {
-		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp,
+		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP,
 			Msg: fmt.Sprintf("internal error: %d bytes for a %d-byte shm slot", len(payload), g.slotBytes)}
 	}
-	k := g.k + 1
+	k := g.K + 1
 	if k > 2 {
 		for p := range g.size {
 			if p != m.rank {
@@ -62,10 +33,10 @@ func (m *mesh) Publish(payload []byte) error {
 	}
 	me := &g.r[m.rank]
 	slot := me.slot[k%2]
-	m.fh = header{Kind: kindColl, Sender: m.rank, FP: m.cur.fp, Step: flatStep, Len: uint64(len(payload))}
-	m.fh.encode(slot[:headerSize])
-	copy(slot[headerSize:], payload)
-	g.k = k
+	m.fh = Header{Kind: kindColl, Sender: m.rank, FP: m.Cur.FP, Step: flatStep, Len: uint64(len(payload))}
+	m.fh.encode(slot[:HeaderSize])
+	copy(slot[HeaderSize:], payload)
+	g.K = k
 	me.seq.Store(k)
 	// The peers wait for every slot (Slot(0) waits for all): only the
 	// last rank to publish wakes them, so that a waiter sleeps and wakes
@@ -79,9 +50,9 @@ func (m *mesh) Publish(payload []byte) error {
 }
 
 // allPublished reports whether every rank published one-step op k.
-func (m *mesh) allPublished(k uint64) bool {
-	for p := range m.grp.size {
-		if m.grp.r[p].seq.Load() < k {
+func (m *Mesh) allPublished(k uint64) bool {
+	for p := range m.Grp.size {
+		if m.Grp.r[p].seq.Load() < k {
 			return false
 		}
 	}
@@ -89,45 +60,45 @@ func (m *mesh) allPublished(k uint64) bool {
 }
 
 // Slot implements Slots.
-func (m *mesh) Slot(p, n int) ([]byte, error) {
-	g := m.grp
+func (m *Mesh) Slot(p, n int) ([]byte, error) {
+	g := m.Grp
 	f := &g.r[p]
-	slot := f.slot[g.k%2]
+	slot := f.slot[g.K%2]
 	if p == m.rank {
-		return slot[headerSize : headerSize+n], nil
+		return slot[HeaderSize : HeaderSize+n], nil
 	}
-	if m.fall != g.k {
+	if m.fall != g.K {
 		// The op's first peer slot: wait for every rank's.
-		if err := m.flatWait(nil, g.k); err != nil {
+		if err := m.flatWait(nil, g.K); err != nil {
 			return nil, err
 		}
-		m.fall = g.k
+		m.fall = g.K
 	}
-	h, err := decodeHeader(slot[:headerSize])
+	h, err := decodeHeader(slot[:HeaderSize])
 	if err != nil {
-		return nil, &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp, Msg: fmt.Sprintf("shm slot of rank %d: %v", p, err)}
+		return nil, &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP, Msg: fmt.Sprintf("shm slot of rank %d: %v", p, err)}
 	}
 	if err := m.checkColl(p, flatStep, n, h); err != nil {
 		return nil, err
 	}
-	return slot[headerSize : headerSize+n], nil
+	return slot[HeaderSize : HeaderSize+n], nil
 }
 
 // Done implements Slots. It wakes nobody: a rank waits for acks only as
 // a safety check that does not wait in practice (Publish), and such a
 // wait re-checks every futexSlice.
-func (m *mesh) Done() {
-	m.grp.r[m.rank].ack.Store(m.grp.k)
+func (m *Mesh) Done() {
+	m.Grp.r[m.rank].ack.Store(m.Grp.K)
 }
 
 // wakePeers wakes the peers that sleep waiting (for a slot, an ack or a
 // message): on their bells (shm_group.go), or through the pair links.
-func (m *mesh) wakePeers() {
-	if m.grp.futex {
-		m.grp.wakePeers()
+func (m *Mesh) wakePeers() {
+	if m.Grp.Futex {
+		m.Grp.wakePeers()
 		return
 	}
-	for _, s := range m.ctl.pumps {
+	for _, s := range m.ctl.Pumps {
 		s.nudge()
 	}
 }
@@ -137,7 +108,7 @@ func (m *mesh) wakePeers() {
 // the engine stopped, a recorded failure (a peer's notice), a dead peer,
 // and a peer that sent a message of a message-based op at or before this
 // op's seq (it launched something else: a mismatch, checkPeerMsgs).
-func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
+func (m *Mesh) flatWait(w *atomic.Uint64, target uint64) error {
 	if m.reached(w, target) {
 		return nil
 	}
@@ -151,7 +122,7 @@ func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
 			b.reset()
 			return nil
 		}
-		if err := m.fatal(); err != nil {
+		if err := m.Fatal(); err != nil {
 			b.reset()
 			return err
 		}
@@ -166,7 +137,7 @@ func (m *mesh) flatWait(w *atomic.Uint64, target uint64) error {
 	}
 }
 
-func (m *mesh) reached(w *atomic.Uint64, target uint64) bool {
+func (m *Mesh) reached(w *atomic.Uint64, target uint64) bool {
 	if w == nil {
 		return m.allPublished(target)
 	}
@@ -180,7 +151,7 @@ func (m *mesh) reached(w *atomic.Uint64, target uint64) bool {
 // fingerprint alone), so it is a mismatch. A message of a later seq is
 // left for the op it belongs to (its sender finished this op already); a
 // point-to-point message is stashed for its Recv, as recvColl does.
-func (m *mesh) checkPeerMsgs() error {
+func (m *Mesh) checkPeerMsgs() error {
 	for q, l := range m.links {
 		if l == nil {
 			continue
@@ -198,8 +169,8 @@ func (m *mesh) checkPeerMsgs() error {
 			}
 			continue
 		}
-		if h.Kind == kindColl && h.FP.Seq <= m.cur.fp.Seq {
-			return m.mismatch(q, h, fmt.Sprintf("rank %d sent a message (%s) where rank %d expected a shared-memory slot",
+		if h.Kind == kindColl && h.FP.Seq <= m.Cur.FP.Seq {
+			return m.Mismatch(q, h, fmt.Sprintf("rank %d sent a message (%s) where rank %d expected a shared-memory slot",
 				q, stepName(int(h.Step)), m.rank))
 		}
 	}
@@ -210,24 +181,24 @@ func (m *mesh) checkPeerMsgs() error {
 // message-based op waits, a peer that published a slot of a one-step op
 // this rank has not run, at or before the current seq, launched something
 // else (a mismatch).
-func (m *mesh) checkPeerSlots() error {
-	g := m.grp
+func (m *Mesh) checkPeerSlots() error {
+	g := m.Grp
 	for q := range g.size {
 		if q == m.rank {
 			continue
 		}
 		s := g.r[q].seq.Load()
-		if s <= g.k {
+		if s <= g.K {
 			continue
 		}
 		// Slot s%2 stays as rank q wrote it until this rank acknowledges
 		// op s, which it has not run.
-		h, err := decodeHeader(g.r[q].slot[s%2][:headerSize])
+		h, err := decodeHeader(g.r[q].slot[s%2][:HeaderSize])
 		if err != nil {
-			return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.cur.fp, Msg: fmt.Sprintf("shm slot of rank %d: %v", q, err)}
+			return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP, Msg: fmt.Sprintf("shm slot of rank %d: %v", q, err)}
 		}
-		if h.FP.Seq <= m.cur.fp.Seq {
-			return m.mismatch(q, h, fmt.Sprintf("rank %d published a shared-memory slot where rank %d expected a message", q, m.rank))
+		if h.FP.Seq <= m.Cur.FP.Seq {
+			return m.Mismatch(q, h, fmt.Sprintf("rank %d published a shared-memory slot where rank %d expected a message", q, m.rank))
 		}
 	}
 	return nil

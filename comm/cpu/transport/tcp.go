@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"bufio"
@@ -37,17 +37,17 @@ const (
 	tcpParkMax = 200 * time.Microsecond
 )
 
-// tcpLink is a link over one TCP connection (TCP_NODELAY), authenticated at
-// setup (see rendezvous.go). A reader goroutine parses headers and hands
+// TCPLink is a link over one TCP connection (TCP_NODELAY), authenticated at
+// setup (see comm/cpu/rendezvous.go). A reader goroutine parses headers and hands
 // messages to the progress goroutine; a writer goroutine drains queued
 // sends, so that a rank can send a large chunk while it receives one (as
 // Gloo's tcp::Pair does with its event loop). With data false the link
 // only carries control messages (notices) and watches the peer's liveness
 // for an shm link.
-type tcpLink struct {
+type TCPLink struct {
 	peer int
 	conn net.Conn
-	ctl  *ctl
+	ctl  *Ctl
 	data bool
 
 	// read side: reader goroutine → progress goroutine
@@ -65,7 +65,7 @@ type tcpLink struct {
 	mu      sync.Mutex
 	q       []*tcpJob
 	wbuf    []byte           // scratch of write for small messages (whoever holds busy)
-	whdr    [headerSize]byte // scratch of write for a large message's header
+	whdr    [HeaderSize]byte // scratch of write for a large message's header
 	busy    bool
 	wake    chan struct{} // cap 1
 	sent    chan struct{} // cap 1: a queued job finished
@@ -80,18 +80,21 @@ type tcpLink struct {
 }
 
 type inMsg struct {
-	h    header
+	h    Header
 	data []byte // payload, for small messages
 	big  bool   // payload still on the connection
 }
 
 type tcpJob struct {
-	hdr     [headerSize]byte
+	hdr     [HeaderSize]byte
 	payload []byte
 	written chan struct{} // if not nil, closed once the writer has written it
 }
 
-func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *tcpLink {
+// NewTCPLink wraps an authenticated connection to peer (br reads it,
+// holding what the handshake buffered) and starts its reader and writer
+// goroutines; with data false it carries notices and liveness only.
+func NewTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *Ctl, data bool) *TCPLink {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		if data {
@@ -99,7 +102,7 @@ func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *t
 			_ = tc.SetWriteBuffer(tcpSockBuf)
 		}
 	}
-	l := &tcpLink{
+	l := &TCPLink{
 		peer: peer, conn: conn, ctl: c, data: data, br: br,
 		in: make(chan inMsg, tcpInbox), free: make(chan []byte, tcpInbox), resume: make(chan struct{}, 1), dead: make(chan struct{}),
 		wake: make(chan struct{}, 1), sent: make(chan struct{}, 1),
@@ -117,7 +120,7 @@ func newTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *ctl, data bool) *t
 // MSG_DONTWAIT). RawConn.Control keeps the descriptor open during the call
 // and, unlike RawConn.Read, does not wait for the reader goroutine, which
 // sits in Read on the same connection.
-func (l *tcpLink) readable() bool {
+func (l *TCPLink) readable() bool {
 	if l.rc == nil || l.stalled.Load() {
 		return false
 	}
@@ -156,27 +159,27 @@ func (p *peeker) readable() bool {
 
 func peekReadable(rc syscall.RawConn) bool { return newPeeker(rc).readable() }
 
-func (l *tcpLink) spins() bool { return false }
+func (l *TCPLink) spins() bool { return false }
 
-func (l *tcpLink) fail(err error) {
-	if l.ctl.stopped.Load() {
-		err = errStopped
+func (l *TCPLink) fail(err error) {
+	if l.ctl.Stopped.Load() {
+		err = ErrStopped
 	}
 	l.rerr.CompareAndSwap(nil, &err)
-	l.ctl.poke()
+	l.ctl.Poke()
 }
 
 // readErr is the reader's terminal error, or nil while it runs.
-func (l *tcpLink) readErr() error {
+func (l *TCPLink) readErr() error {
 	if p := l.rerr.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-func (l *tcpLink) readLoop() {
+func (l *TCPLink) readLoop() {
 	defer close(l.dead)
-	var hb [headerSize]byte
+	var hb [HeaderSize]byte
 	for {
 		if _, err := io.ReadFull(l.br, hb[:]); err != nil {
 			l.fail(fmt.Errorf("reading from rank %d: %w", l.peer, err))
@@ -188,12 +191,12 @@ func (l *tcpLink) readLoop() {
 			return
 		}
 		if h.Kind == kindWake {
-			l.ctl.poke()
+			l.ctl.Poke()
 			continue
 		}
 		if h.Kind == kindAck {
-			if l.ctl.onAck != nil {
-				l.ctl.onAck(l.peer)
+			if l.ctl.OnAck != nil {
+				l.ctl.OnAck(l.peer)
 			}
 			continue
 		}
@@ -203,10 +206,10 @@ func (l *tcpLink) readLoop() {
 				l.fail(fmt.Errorf("reading from rank %d: %w", l.peer, err))
 				return
 			}
-			if l.ctl.onNotice != nil {
-				l.ctl.onNotice(l.peer, payload, l.ack)
+			if l.ctl.OnNotice != nil {
+				l.ctl.OnNotice(l.peer, payload, l.ack)
 			}
-			l.ctl.poke()
+			l.ctl.Poke()
 			continue
 		}
 		if !l.data {
@@ -239,14 +242,14 @@ func (l *tcpLink) readLoop() {
 		}
 		select {
 		case l.in <- m:
-		case <-l.ctl.stop:
+		case <-l.ctl.Stop:
 			return
 		}
-		l.ctl.poke()
+		l.ctl.Poke()
 		if m.big {
 			select {
 			case <-l.resume:
-			case <-l.ctl.stop:
+			case <-l.ctl.Stop:
 				return
 			}
 			l.stalled.Store(false)
@@ -254,7 +257,7 @@ func (l *tcpLink) readLoop() {
 	}
 }
 
-func (l *tcpLink) poll() (header, bool, error) {
+func (l *TCPLink) poll() (Header, bool, error) {
 	if l.hasCur {
 		return l.cur.h, true, nil
 	}
@@ -265,12 +268,12 @@ func (l *tcpLink) poll() (header, bool, error) {
 	default:
 	}
 	if err := l.readErr(); err != nil {
-		return header{}, false, err
+		return Header{}, false, err
 	}
-	return header{}, false, nil
+	return Header{}, false, nil
 }
 
-func (l *tcpLink) read(h *header, s sink) error {
+func (l *TCPLink) read(h *Header, s sink) error {
 	m := &l.cur
 	if !l.hasCur {
 		return fmt.Errorf("cpu: internal error: read without poll on link to rank %d", l.peer)
@@ -305,8 +308,8 @@ func (l *tcpLink) read(h *header, s sink) error {
 		}
 	}
 	if err != nil {
-		if l.ctl.stopped.Load() {
-			return errStopped
+		if l.ctl.Stopped.Load() {
+			return ErrStopped
 		}
 		return fmt.Errorf("reading from rank %d: %w", l.peer, err)
 	}
@@ -314,9 +317,9 @@ func (l *tcpLink) read(h *header, s sink) error {
 	return nil
 }
 
-func (l *tcpLink) send(h *header, payload []byte) error {
-	if l.ctl.stopped.Load() {
-		return errStopped
+func (l *TCPLink) send(h *Header, payload []byte) error {
+	if l.ctl.Stopped.Load() {
+		return ErrStopped
 	}
 	if p := l.werr.Load(); p != nil {
 		return *p
@@ -347,14 +350,14 @@ func (l *tcpLink) send(h *header, payload []byte) error {
 	return nil
 }
 
-func (l *tcpLink) kick() {
+func (l *TCPLink) kick() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (l *tcpLink) write(j *tcpJob) error {
+func (l *TCPLink) write(j *tcpJob) error {
 	var err error
 	if len(j.payload) <= tcpSmallMax {
 		// One write from the link's scratch buffer (the writer holds
@@ -367,8 +370,8 @@ func (l *tcpLink) write(j *tcpJob) error {
 		_, err = bufs.WriteTo(l.conn)
 	}
 	if err != nil {
-		if l.ctl.stopped.Load() {
-			return errStopped
+		if l.ctl.Stopped.Load() {
+			return ErrStopped
 		}
 		werr := fmt.Errorf("writing to rank %d: %w", l.peer, err)
 		l.werr.CompareAndSwap(nil, &werr)
@@ -377,11 +380,11 @@ func (l *tcpLink) write(j *tcpJob) error {
 	return nil
 }
 
-func (l *tcpLink) writeLoop() {
+func (l *TCPLink) writeLoop() {
 	for {
 		select {
 		case <-l.wake:
-		case <-l.ctl.stop:
+		case <-l.ctl.Stop:
 			return
 		}
 		for {
@@ -413,12 +416,12 @@ func (l *tcpLink) writeLoop() {
 	}
 }
 
-func (l *tcpLink) flush() error {
+func (l *TCPLink) flush() error {
 	for l.pending.Load() > 0 {
 		select {
 		case <-l.sent:
-		case <-l.ctl.stop:
-			return errStopped
+		case <-l.ctl.Stop:
+			return ErrStopped
 		}
 	}
 	if p := l.werr.Load(); p != nil {
@@ -427,29 +430,29 @@ func (l *tcpLink) flush() error {
 	return nil
 }
 
-// notice queues a kindNotice carrying payload (failure.go) for the
+// Notice queues a kindNotice carrying payload (comm/cpu/failure.go) for the
 // writer goroutine, so that the caller never blocks on the socket; it
 // returns a channel closed once the notice is written, or nil if the
 // connection is down.
-func (l *tcpLink) notice(payload []byte) <-chan struct{} {
-	return l.enqueue(&header{Kind: kindNotice, FP: comm.Fingerprint{Op: comm.OpBarrier}, Len: uint64(len(payload))}, payload)
+func (l *TCPLink) Notice(payload []byte) <-chan struct{} {
+	return l.enqueue(&Header{Kind: kindNotice, FP: comm.Fingerprint{Op: comm.OpBarrier}, Len: uint64(len(payload))}, payload)
 }
 
 // ack queues a kindAck (the reader goroutine acknowledges a notice).
-func (l *tcpLink) ack() {
-	l.enqueue(&header{Kind: kindAck, FP: comm.Fingerprint{Op: comm.OpBarrier}}, nil)
+func (l *TCPLink) ack() {
+	l.enqueue(&Header{Kind: kindAck, FP: comm.Fingerprint{Op: comm.OpBarrier}}, nil)
 }
 
-// up reports whether neither direction of the connection has failed.
-func (l *tcpLink) up() bool {
-	return l.readErr() == nil && l.werr.Load() == nil && !l.ctl.stopped.Load()
+// Up reports whether neither direction of the connection has failed.
+func (l *TCPLink) Up() bool {
+	return l.readErr() == nil && l.werr.Load() == nil && !l.ctl.Stopped.Load()
 }
 
 // enqueue hands one message to the writer goroutine and returns a channel
 // closed once it is written; nil if the connection is down or the engine
 // stopped.
-func (l *tcpLink) enqueue(h *header, payload []byte) <-chan struct{} {
-	if !l.up() {
+func (l *TCPLink) enqueue(h *Header, payload []byte) <-chan struct{} {
+	if !l.Up() {
 		return nil
 	}
 	j := &tcpJob{payload: payload, written: make(chan struct{})}
@@ -464,11 +467,13 @@ func (l *tcpLink) enqueue(h *header, payload []byte) <-chan struct{} {
 
 // wakePeer asks the peer's progress goroutine, asleep on its shm rings, to
 // re-check them (a header-only kindWake message).
-func (l *tcpLink) wakePeer() {
-	h := header{Kind: kindWake, FP: comm.Fingerprint{Op: comm.OpBarrier}}
+func (l *TCPLink) wakePeer() {
+	h := Header{Kind: kindWake, FP: comm.Fingerprint{Op: comm.OpBarrier}}
 	_ = l.send(&h, nil)
 }
 
-func (l *tcpLink) close() {
+// Close closes the connection; blocked calls return ErrStopped or a read
+// error. Idempotent.
+func (l *TCPLink) Close() {
 	l.closeOnce.Do(func() { _ = l.conn.Close() })
 }

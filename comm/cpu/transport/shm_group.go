@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"encoding/binary"
@@ -19,7 +19,7 @@ import (
 // ranks that all live on one host (every link shm), created by group rank
 // 0 at rendezvous, mapped by every member (MAP_POPULATE: pre-faulted) and
 // unlinked once all did. It holds, per rank, the slots of the one-step
-// ("flat") algorithms (allreduce_flat.go) and the doorbell its waits sleep
+// ("flat") algorithms (comm/cpu/allreduce_flat.go) and the doorbell its waits sleep
 // on. Layout:
 //
 //	0     magic u64 | 8 ranks u64 | 16 slot bytes u64        (one page)
@@ -41,11 +41,11 @@ const (
 	// maxFlatRanks bounds the groups that get a group segment: every rank
 	// reads every other rank's slot, so the one-step algorithms cost
 	// (n-1)·|slot| reads per rank and stop paying off beyond a few ranks.
-	maxFlatRanks = 8
+	MaxFlatRanks = 8
 )
 
 // grpBlockBytes is one rank's block for slots of slot bytes (whole pages).
-func grpBlockBytes(slot int) int { return (grpCtlBytes + 2*(headerSize+slot) + 4095) &^ 4095 }
+func grpBlockBytes(slot int) int { return (grpCtlBytes + 2*(HeaderSize+slot) + 4095) &^ 4095 }
 
 // grpBytes is the size of the group segment of n ranks.
 func grpBytes(n, slot int) int { return grpHeadBytes + n*grpBlockBytes(slot) }
@@ -57,28 +57,28 @@ type flatRank struct {
 	slot           [2][]byte // header + payload
 }
 
-// shmGroup is this rank's view of the group segment. Only the progress
+// ShmGroup is this rank's view of the group segment. Only the progress
 // goroutine uses k and the slots; wake may be called from any goroutine.
-type shmGroup struct {
-	path       string
+type ShmGroup struct {
+	Path       string // the segment's file ("" for Go memory)
 	mem        []byte
 	rank, size int
 	slotBytes  int
 	r          []flatRank
 	// spin is how long a wait spins before it blocks on the rank's bell
 	// (0: never; see pace).
-	spin time.Duration
+	Spin time.Duration
 	// yield is how long a wait yields the CPU (sched_yield) before it
 	// blocks when it may not spin (oversubscribed; 0: never).
-	yield time.Duration
+	Yield time.Duration
 	// futex is set when the waits of this rank follow the policy below
-	// (the group spans processes, Engine.attachGroup); otherwise they use
+	// (the group spans processes, cpu.Engine.attachGroup); otherwise they use
 	// link.go's backoff and wake through the pair links.
-	futex bool
+	Futex bool
 	// k is the number of flat ops this rank has published.
-	k uint64
+	K uint64
 	// release gives Go memory back to its InmemHub (inmem transport).
-	release func()
+	Release func()
 
 	// mu guards the mapping against wakeSelf from other goroutines (tcp
 	// readers poking after a notice) once release unmaps it.
@@ -86,25 +86,25 @@ type shmGroup struct {
 	unmapped bool
 }
 
-// groupOver lays the group segment of n ranks with slots of slot bytes
+// GroupOver lays the group segment of n ranks with slots of slot bytes
 // over mem, as seen by rank.
-func groupOver(mem []byte, n, slot, rank int) *shmGroup {
-	g := &shmGroup{mem: mem, rank: rank, size: n, slotBytes: slot, r: make([]flatRank, n)}
+func GroupOver(mem []byte, n, slot, rank int) *ShmGroup {
+	g := &ShmGroup{mem: mem, rank: rank, size: n, slotBytes: slot, r: make([]flatRank, n)}
 	bb := grpBlockBytes(slot)
 	for p := range n {
 		b := grpHeadBytes + p*bb
 		u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[b+off])) }
 		u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[b+off])) }
 		s0 := b + grpCtlBytes
-		s1 := s0 + headerSize + slot
+		s1 := s0 + HeaderSize + slot
 		g.r[p] = flatRank{seq: u64(0), ack: u64(128), bell: u32(256), sleeping: u32(384),
-			slot: [2][]byte{mem[s0 : s0+headerSize+slot : s0+headerSize+slot], mem[s1 : s1+headerSize+slot : s1+headerSize+slot]}}
+			slot: [2][]byte{mem[s0 : s0+HeaderSize+slot : s0+HeaderSize+slot], mem[s1 : s1+HeaderSize+slot : s1+HeaderSize+slot]}}
 	}
 	return g
 }
 
-// createGroupShm creates, maps and stamps the group segment (group rank 0).
-func createGroupShm(dir string, n, slot int) (*shmGroup, error) {
+// CreateGroupShm creates, maps and stamps the group segment (group rank 0).
+func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 	path := filepath.Join(dir, fmt.Sprintf("ranktree-%d-%s-grp", os.Getpid(), randomName()))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -125,14 +125,14 @@ func createGroupShm(dir string, n, slot int) (*shmGroup, error) {
 	le.PutUint64(mem[8:], uint64(n))
 	le.PutUint64(mem[16:], uint64(slot))
 	(*atomic.Uint64)(unsafe.Pointer(&mem[0])).Store(grpMagic)
-	g := groupOver(mem, n, slot, 0)
-	g.path = path
+	g := GroupOver(mem, n, slot, 0)
+	g.Path = path
 	return g, nil
 }
 
-// openGroupShm maps the group segment rank 0 created and checks that it
+// OpenGroupShm maps the group segment rank 0 created and checks that it
 // was made for n ranks and slots of slot bytes.
-func openGroupShm(path string, n, slot, rank int) (*shmGroup, error) {
+func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -156,17 +156,20 @@ func openGroupShm(path string, n, slot, rank int) (*shmGroup, error) {
 		return nil, fmt.Errorf("group shm segment %s was made for %d ranks and %d-byte slots, want %d and %d",
 			path, le.Uint64(mem[8:]), le.Uint64(mem[16:]), n, slot)
 	}
-	g := groupOver(mem, n, slot, rank)
-	g.path = path
+	g := GroupOver(mem, n, slot, rank)
+	g.Path = path
 	return g, nil
 }
 
-func (g *shmGroup) unlink() { _ = os.Remove(g.path) }
+// Unlink removes the segment's file (once every rank mapped it).
+func (g *ShmGroup) Unlink() { _ = os.Remove(g.Path) }
 
-func (g *shmGroup) unmap() {
-	if g.path == "" {
-		if g.release != nil {
-			g.release() // Go memory (inmem transport)
+// Unmap unmaps the segment (or gives Go memory back to its hub), once
+// no goroutine uses it.
+func (g *ShmGroup) Unmap() {
+	if g.Path == "" {
+		if g.Release != nil {
+			g.Release() // Go memory (inmem transport)
 		}
 		return
 	}
@@ -181,7 +184,7 @@ func (g *shmGroup) unmap() {
 // wakeSelf rings this rank's own bell if it sleeps (ctl.poke: a notice
 // arrived, a connection broke, the engine stopped). Safe from any
 // goroutine, also after unmap.
-func (g *shmGroup) wakeSelf() {
+func (g *ShmGroup) wakeSelf() {
 	g.mu.RLock()
 	if !g.unmapped {
 		g.wake(g.rank)
@@ -192,7 +195,7 @@ func (g *shmGroup) wakeSelf() {
 // wake rings rank p's bell if p sleeps on it (or is about to): after
 // whatever p may wait for changed (a slot or ack published, a ring counter
 // moved, a notice arrived, the engine stopped). Safe from any goroutine.
-func (g *shmGroup) wake(p int) {
+func (g *ShmGroup) wake(p int) {
 	f := &g.r[p]
 	if f.sleeping.Load() != 0 && f.sleeping.CompareAndSwap(1, 0) {
 		f.bell.Add(1)
@@ -201,7 +204,7 @@ func (g *shmGroup) wake(p int) {
 }
 
 // wakePeers rings the bell of every other rank that sleeps.
-func (g *shmGroup) wakePeers() {
+func (g *ShmGroup) wakePeers() {
 	for p := range g.size {
 		if p != g.rank {
 			g.wake(p)
@@ -236,7 +239,7 @@ func (g *shmGroup) wakePeers() {
 // it sleeps, so that a transfer in flight does not pay a futex wake-up
 // per slot.
 const (
-	spinFor     = 50 * time.Microsecond
+	SpinFor     = 50 * time.Microsecond
 	spinFlowing = 300 * time.Microsecond
 	futexSlice  = time.Millisecond
 )
@@ -259,28 +262,28 @@ type pace struct {
 // peer that published before it saw the flag is not missed), then
 // blocking on the bell for at most futexSlice. It returns errStopped once
 // c is stopped.
-func (g *shmGroup) pause(p *pace, c *ctl) error {
-	if c.stopped.Load() {
-		return errStopped
+func (g *ShmGroup) pause(p *pace, c *Ctl) error {
+	if c.Stopped.Load() {
+		return ErrStopped
 	}
 	f := &g.r[g.rank]
 	if p.armed == nil {
-		if g.spin > 0 {
+		if g.Spin > 0 {
 			if p.start.IsZero() {
 				p.start = time.Now()
 				return nil
 			}
-			if time.Since(p.start) < p.budget(g.spin) {
+			if time.Since(p.start) < p.budget(g.Spin) {
 				// Let this process's other goroutines run (another
 				// rank's progress goroutine, in one process).
 				runtime.Gosched()
 				return nil
 			}
-		} else if g.yield > 0 {
+		} else if g.Yield > 0 {
 			if p.start.IsZero() {
 				p.start = time.Now()
 			}
-			if time.Since(p.start) < p.budget(g.yield) {
+			if time.Since(p.start) < p.budget(g.Yield) {
 				// Oversubscribed: hand the CPU to whoever waits for it
 				// (likely the peer this rank waits for).
 				runtime.Gosched()
@@ -322,9 +325,9 @@ func (p *pace) settle() {
 	p.start = time.Time{}
 }
 
-// affinityCPUs lists the CPUs this thread may run on (sched_getaffinity),
+// AffinityCPUs lists the CPUs this thread may run on (sched_getaffinity),
 // or nil if unknown.
-func affinityCPUs() []int {
+func AffinityCPUs() []int {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return nil
@@ -338,10 +341,10 @@ func affinityCPUs() []int {
 	return cpus
 }
 
-// spinBudget is how long a rank of a group of n spins before it sleeps,
+// SpinBudget is how long a rank of a group of n spins before it sleeps,
 // given the CPUs each rank may run on: 0 when the ranks outnumber the
 // CPUs of the union of their affinity masks, or when a mask is unknown.
-func spinBudget(n int, masks [][]int) time.Duration {
+func SpinBudget(n int, masks [][]int) time.Duration {
 	seen := map[int]bool{}
 	for _, m := range masks {
 		if len(m) == 0 {
@@ -354,5 +357,20 @@ func spinBudget(n int, masks [][]int) time.Duration {
 	if n > len(seen) || n > runtime.GOMAXPROCS(0)*len(masks) {
 		return 0
 	}
-	return spinFor
+	return SpinFor
+}
+
+// UseDoorbell makes g the doorbell of every wait of c's links (the wait
+// policy above: spin or yield a bounded time, then FUTEX_WAIT on this
+// rank's bell) and makes the shm links ring the peers' bells instead of
+// writing to their control connections. Call it once the links are up
+// (c.Pumps complete) and before the first op, when the group's ranks are
+// in several processes; ranks that are goroutines of one process keep
+// the backoff of link.go, which yields to the Go scheduler.
+func (c *Ctl) UseDoorbell(g *ShmGroup) {
+	g.Futex = true
+	c.Grp.Store(g)
+	for _, s := range c.Pumps {
+		s.Grp = g
+	}
 }

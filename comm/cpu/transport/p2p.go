@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import "github.com/ranktree/ranktree/comm"
 
@@ -11,9 +11,9 @@ import "github.com/ranktree/ranktree/comm"
 // the shm ring or the socket); large Sends therefore wait for the receiver
 // to drain the transport (rendezvous semantics, as NCCL).
 
-// sendP2P queues a Send's payload with its tag.
-func (m *mesh) sendP2P(peer int, buf []byte) error {
-	h := header{Kind: kindP2P, Sender: m.rank, FP: m.cur.fp, Tag: m.cur.tag, Len: uint64(len(buf))}
+// SendP2P queues a Send's payload with its tag.
+func (m *Mesh) SendP2P(peer int, buf []byte) error {
+	h := Header{Kind: kindP2P, Sender: m.rank, FP: m.Cur.FP, Tag: m.Cur.Tag, Len: uint64(len(buf))}
 	m.dirty[peer] = true
 	if err := m.links[peer].send(&h, buf); err != nil {
 		return m.transportErr(peer, err)
@@ -21,15 +21,15 @@ func (m *mesh) sendP2P(peer int, buf []byte) error {
 	return nil
 }
 
-// recvP2P receives a Send with the current op's tag from peer (or from
+// RecvP2P receives a Send with the current op's tag from peer (or from
 // any peer with comm.AnySource) into dst and returns the sender.
-func (m *mesh) recvP2P(peer int, dst []byte) (int, error) {
-	match := func(p int, h header) (bool, error) {
-		if h.Kind != kindP2P || h.Tag != m.cur.tag {
+func (m *Mesh) RecvP2P(peer int, dst []byte) (int, error) {
+	match := func(p int, h Header) (bool, error) {
+		if h.Kind != kindP2P || h.Tag != m.Cur.Tag {
 			return false, nil
 		}
-		if h.Len != uint64(len(dst)) || h.FP.DType != m.cur.fp.DType {
-			return false, m.mismatch(p, h, "")
+		if h.Len != uint64(len(dst)) || h.FP.DType != m.Cur.FP.DType {
+			return false, m.Mismatch(p, h, "")
 		}
 		return true, nil
 	}

@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"crypto/rand"
@@ -48,23 +48,23 @@ type shmRing struct {
 
 func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
 
-// shmLink is a link whose data moves through two shm rings; its control
+// ShmLink is a link whose data moves through two shm rings; its control
 // connection (a control-only tcpLink) carries mismatch notices and tells
 // when the peer process died. Small sends are copied into the ring by the
 // caller; what does not fit is finished by a writer goroutine, so sends
 // never wait for the peer to receive. The receiver spins (with backoff) on
 // the ring's tail and reduces straight out of the shared pages.
-type shmLink struct {
-	path string
-	mem  []byte
+type ShmLink struct {
+	Path string // the segment's file ("" for Go memory)
+	mem  []byte // the mapped segment: shmDataOff control bytes, then both rings
 	tx   shmRing
 	rx   shmRing
 
 	peer int
-	ctl  *ctl
+	ctl  *Ctl
 	ctrl control
 
-	cur    header // polled, not yet read, when hasCur (progress goroutine only)
+	cur    Header // polled, not yet read, when hasCur (progress goroutine only)
 	hasCur bool
 
 	// mySleep is set while this rank sleeps on its rings; peerSleep while
@@ -79,13 +79,13 @@ type shmLink struct {
 	// grp is the group segment, or nil: with it the peer sleeps on its
 	// bell there, and nudge rings it instead of writing to the control
 	// connection.
-	grp *shmGroup
+	Grp *ShmGroup
 
 	unmapOnce sync.Once
 }
 
 type shmJob struct {
-	hdr     [headerSize]byte
+	hdr     [HeaderSize]byte
 	payload []byte
 	pos     uint64 // bytes of header+padded payload written so far
 }
@@ -96,8 +96,8 @@ func randomName() string {
 	return hex.EncodeToString(b[:])
 }
 
-// createShm creates and maps a new segment with two rings of ringBytes.
-func createShm(dir string, ringBytes int) (*shmLink, error) {
+// CreateShm creates and maps a new segment with two rings of ringBytes.
+func CreateShm(dir string, ringBytes int) (*ShmLink, error) {
 	path := filepath.Join(dir, fmt.Sprintf("ranktree-%d-%s", os.Getpid(), randomName()))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -117,8 +117,8 @@ func createShm(dir string, ringBytes int) (*shmLink, error) {
 	return s, nil
 }
 
-// openShm maps the segment a lower rank created.
-func openShm(path string, ringBytes int, creator bool) (*shmLink, error) {
+// OpenShm maps the segment a lower rank created.
+func OpenShm(path string, ringBytes int, creator bool) (*ShmLink, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
@@ -141,25 +141,25 @@ func openShm(path string, ringBytes int, creator bool) (*shmLink, error) {
 // of a ring pays a page fault per new 4 KiB page on each side, which made
 // 1-8 KiB messages slower than 64 KiB ones until the rings had been lapped
 // (issue 15).
-func mapShm(f *os.File, path string, size, ringBytes int, creator bool) (*shmLink, error) {
+func mapShm(f *os.File, path string, size, ringBytes int, creator bool) (*ShmLink, error) {
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
-	s := ringsOver(mem, ringBytes, creator)
-	s.path = path
+	s := RingsOver(mem, ringBytes, creator)
+	s.Path = path
 	return s, nil
 }
 
-// ringsOver lays the two rings of a pair over mem (shmDataOff +
+// RingsOver lays the two rings of a pair over mem (shmDataOff +
 // 2·ringBytes bytes, 8-byte aligned): the lower rank passes creator true.
-func ringsOver(mem []byte, ringBytes int, creator bool) *shmLink {
+func RingsOver(mem []byte, ringBytes int, creator bool) *ShmLink {
 	u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
 	R := uint64(ringBytes)
 	r0 := shmRing{tail: u64(0), head: u64(128), data: mem[shmDataOff : shmDataOff+ringBytes], size: R}
 	r1 := shmRing{tail: u64(256), head: u64(384), data: mem[shmDataOff+ringBytes : shmDataOff+2*ringBytes], size: R}
 	u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
-	s := &shmLink{mem: mem}
+	s := &ShmLink{mem: mem}
 	if creator {
 		s.tx, s.rx = r0, r1
 		s.mySleep, s.peerSleep = u32(512), u32(640)
@@ -171,9 +171,9 @@ func ringsOver(mem []byte, ringBytes int, creator bool) *shmLink {
 }
 
 // nudge wakes the peer if it sleeps on its rings (after a counter moved).
-func (s *shmLink) nudge() {
-	if s.grp != nil {
-		s.grp.wake(s.peer)
+func (s *ShmLink) nudge() {
+	if s.Grp != nil {
+		s.Grp.wake(s.peer)
 		return
 	}
 	if s.peerSleep.Load() != 0 && s.peerSleep.CompareAndSwap(1, 0) {
@@ -186,45 +186,51 @@ func (s *shmLink) nudge() {
 // inmem).
 type control interface {
 	readErr() error
-	noticeLink
+	NoticeLink
 	wakePeer()
-	close()
+	Close()
 }
 
-// start attaches the link to its peer.
-func (s *shmLink) start(peer int, c *ctl, ctrl control) {
+// Start attaches the link to its peer.
+func (s *ShmLink) Start(peer int, c *Ctl, ctrl control) {
 	s.peer, s.ctl, s.ctrl = peer, c, ctrl
 }
 
-func (s *shmLink) spins() bool { return true }
+func (s *ShmLink) spins() bool { return true }
 
-func (s *shmLink) unlink() { _ = os.Remove(s.path) }
+// Unlink removes the segment's file (once both ranks mapped it).
+func (s *ShmLink) Unlink() { _ = os.Remove(s.Path) }
 
-func (s *shmLink) unmap() {
-	if s.path == "" {
+// Unmap unmaps the segment, once no goroutine uses the link.
+func (s *ShmLink) Unmap() {
+	if s.Path == "" {
 		return // Go memory (inmem transport)
 	}
 	s.unmapOnce.Do(func() { _ = syscall.Munmap(s.mem) })
 }
 
-func (s *shmLink) close() {
+// Close closes the link's control side (the peer sees it as gone).
+func (s *ShmLink) Close() {
 	if s.ctrl != nil {
-		s.ctrl.close()
+		s.ctrl.Close()
 	}
 }
 
-func (s *shmLink) notice(payload []byte) <-chan struct{} { return s.ctrl.notice(payload) }
-func (s *shmLink) ack()                                  { s.ctrl.ack() }
-func (s *shmLink) up() bool                              { return s.ctrl.up() }
+// Notice implements NoticeLink through the control side.
+func (s *ShmLink) Notice(payload []byte) <-chan struct{} { return s.ctrl.Notice(payload) }
+func (s *ShmLink) ack()                                  { s.ctrl.ack() }
+
+// Up implements NoticeLink.
+func (s *ShmLink) Up() bool { return s.ctrl.Up() }
 
 // peerErr is the control connection's error (peer died), or nil.
-func (s *shmLink) peerErr() error { return s.ctrl.readErr() }
+func (s *ShmLink) peerErr() error { return s.ctrl.readErr() }
 
 // writeSome copies as much of j as the ring has room for; it reports
 // whether j is complete and whether anything was copied.
-func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
+func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 	r := &s.tx
-	total := headerSize + pad8(uint64(len(j.payload)))
+	total := HeaderSize + pad8(uint64(len(j.payload)))
 	for j.pos < total {
 		free := r.size - (r.local - r.head.Load())
 		at := r.local % r.size
@@ -236,7 +242,7 @@ func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
 			// Until the whole header is in, take any free space: the
 			// reader frees nothing before it has read a whole header, so
 			// waiting for room behind a partial one would deadlock.
-			if j.pos >= headerSize || free == 0 {
+			if j.pos >= HeaderSize || free == 0 {
 				return false, progressed
 			}
 			n = free
@@ -245,7 +251,7 @@ func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
 		// Stored the cached way, it goes in as two halves, each made
 		// visible to the reader as soon as it is copied.
 		way := -1
-		if n == shmChunk && j.pos >= headerSize && j.pos-headerSize+shmChunk <= uint64(len(j.payload)) {
+		if n == shmChunk && j.pos >= HeaderSize && j.pos-HeaderSize+shmChunk <= uint64(len(j.payload)) {
 			if way = s.copier.choose(); way == copyCached {
 				n = shmChunk / 2
 			}
@@ -254,17 +260,17 @@ func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
 		// Copy the part of [pos, pos+n) that is header, then payload;
 		// padding is left as is.
 		p := j.pos
-		if p < headerSize {
+		if p < HeaderSize {
 			k := copy(dst, j.hdr[p:])
 			dst, p = dst[k:], p+uint64(k)
 		}
-		if len(dst) > 0 && p-headerSize < uint64(len(j.payload)) {
+		if len(dst) > 0 && p-HeaderSize < uint64(len(j.payload)) {
 			if way >= 0 {
 				t0 := time.Now()
-				copy(dst, j.payload[p-headerSize:])
+				copy(dst, j.payload[p-HeaderSize:])
 				s.copier.observe(way, time.Since(t0)*time.Duration(shmChunk/n))
 			} else {
-				copy(dst, j.payload[p-headerSize:])
+				copy(dst, j.payload[p-HeaderSize:])
 			}
 		}
 		j.pos += n
@@ -276,9 +282,9 @@ func (s *shmLink) writeSome(j *shmJob) (done, progressed bool) {
 	return true, progressed
 }
 
-func (s *shmLink) send(h *header, payload []byte) error {
-	if s.ctl.stopped.Load() {
-		return errStopped
+func (s *ShmLink) send(h *Header, payload []byte) error {
+	if s.ctl.Stopped.Load() {
+		return ErrStopped
 	}
 	if s.werr != nil {
 		return s.werr
@@ -308,7 +314,7 @@ func (s *shmLink) send(h *header, payload []byte) error {
 // without blocking, and reports whether it copied anything. The progress
 // goroutine calls it whenever it would otherwise wait (see ctl.pump), so
 // sends progress while this rank receives: no helper goroutine is needed.
-func (s *shmLink) pump() bool {
+func (s *ShmLink) pump() bool {
 	progressed := false
 	for len(s.q) > 0 {
 		done, prog := s.writeSome(s.q[0])
@@ -323,7 +329,7 @@ func (s *shmLink) pump() bool {
 	return progressed
 }
 
-func (s *shmLink) flush() error {
+func (s *ShmLink) flush() error {
 	var b backoff
 	for len(s.q) > 0 {
 		if s.ctl.pumpAll() {
@@ -338,7 +344,7 @@ func (s *shmLink) flush() error {
 			s.q = nil
 			return s.werr
 		}
-		if err := s.ctl.fatal(); err != nil {
+		if err := s.ctl.Fatal(); err != nil {
 			return err
 		}
 		if err := b.pause(s.ctl); err != nil {
@@ -348,36 +354,36 @@ func (s *shmLink) flush() error {
 	return nil
 }
 
-func (s *shmLink) poll() (header, bool, error) {
+func (s *ShmLink) poll() (Header, bool, error) {
 	if s.hasCur {
 		return s.cur, true, nil
 	}
 	r := &s.rx
-	if r.tail.Load()-r.local < headerSize {
-		if s.ctl.stopped.Load() {
-			return header{}, false, errStopped
+	if r.tail.Load()-r.local < HeaderSize {
+		if s.ctl.Stopped.Load() {
+			return Header{}, false, ErrStopped
 		}
 		if err := s.peerErr(); err != nil {
-			return header{}, false, err
+			return Header{}, false, err
 		}
-		return header{}, false, nil
+		return Header{}, false, nil
 	}
-	var hb [headerSize]byte
+	var hb [HeaderSize]byte
 	at := r.local % r.size
 	k := copy(hb[:], r.data[at:])
 	copy(hb[k:], r.data)
-	r.local += headerSize
+	r.local += HeaderSize
 	r.head.Store(r.local)
 	s.nudge()
 	h, err := decodeHeader(hb[:])
 	if err != nil {
-		return header{}, false, fmt.Errorf("shm ring from rank %d: %w", s.peer, err)
+		return Header{}, false, fmt.Errorf("shm ring from rank %d: %w", s.peer, err)
 	}
 	s.cur, s.hasCur = h, true
 	return h, true, nil
 }
 
-func (s *shmLink) read(h *header, sk sink) error {
+func (s *ShmLink) read(h *Header, sk sink) error {
 	s.hasCur = false
 	r := &s.rx
 	total := pad8(h.Len)
@@ -392,7 +398,7 @@ func (s *shmLink) read(h *header, sk sink) error {
 			if err := s.peerErr(); err != nil {
 				return err
 			}
-			if err := s.ctl.fatal(); err != nil {
+			if err := s.ctl.Fatal(); err != nil {
 				return err
 			}
 			if err := b.pause(s.ctl); err != nil {
@@ -413,8 +419,8 @@ func (s *shmLink) read(h *header, sk sink) error {
 		r.local += n
 		r.head.Store(r.local)
 		s.nudge()
-		if s.ctl.stopped.Load() {
-			return errStopped
+		if s.ctl.Stopped.Load() {
+			return ErrStopped
 		}
 		s.ctl.pumpAll()
 	}

@@ -1,4 +1,4 @@
-package cpu
+package transport
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
-	h := header{Kind: kindP2P, Sender: 3, Step: 9, Tag: -4, Len: 1 << 33,
+	h := Header{Kind: kindP2P, Sender: 3, Step: 9, Tag: -4, Len: 1 << 33,
 		FP: comm.Fingerprint{Group: comm.GroupHash("pg1"), Epoch: 2, Seq: 77, Op: comm.OpReduceScatterV, DType: comm.BFloat16, RedOp: comm.RedPreMulSum, Count: 123456789, Root: -1}}
-	var b [headerSize]byte
+	var b [HeaderSize]byte
 	h.encode(b[:])
 	got, err := decodeHeader(b[:])
 	if err != nil {
@@ -21,7 +21,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 	}
 	// A collective message carries the fingerprint's shape key where a
 	// P2P message carries its tag.
-	hc := header{Kind: kindColl, Sender: 1, Step: 2, Len: 48,
+	hc := Header{Kind: kindColl, Sender: 1, Step: 2, Len: 48,
 		FP: comm.Fingerprint{Group: 5, Seq: 8, Op: comm.OpAllReduce, DType: comm.Complex128, RedOp: comm.RedSum, Count: 12, Root: -1, Shape: comm.ShapeKeyOf([]int{3, 4})}}
 	hc.encode(b[:])
 	if got, err := decodeHeader(b[:]); err != nil || got != hc || got.FP.Shape == 0 {
@@ -51,10 +51,10 @@ func TestHeaderRoundTrip(t *testing.T) {
 // FuzzDecodeHeader: the decoder never panics, and whatever it accepts
 // re-encodes to the same bytes (except the ignored pad byte).
 func FuzzDecodeHeader(f *testing.F) {
-	var b [headerSize]byte
-	(&header{Kind: kindColl, FP: comm.Fingerprint{Op: comm.OpAllReduce, DType: comm.Float32, Count: 4}, Len: 16}).encode(b[:])
+	var b [HeaderSize]byte
+	(&Header{Kind: kindColl, FP: comm.Fingerprint{Op: comm.OpAllReduce, DType: comm.Float32, Count: 4}, Len: 16}).encode(b[:])
 	f.Add(b[:])
-	(&header{Kind: kindNotice, FP: comm.Fingerprint{Op: comm.OpBarrier}, Len: headerSize}).encode(b[:])
+	(&Header{Kind: kindNotice, FP: comm.Fingerprint{Op: comm.OpBarrier}, Len: HeaderSize}).encode(b[:])
 	f.Add(b[:])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -62,9 +62,9 @@ func FuzzDecodeHeader(f *testing.F) {
 		if err != nil {
 			return
 		}
-		var out [headerSize]byte
+		var out [HeaderSize]byte
 		h.encode(out[:])
-		in2 := append([]byte(nil), in[:headerSize]...)
+		in2 := append([]byte(nil), in[:HeaderSize]...)
 		in2[43] = 0
 		if string(out[:]) != string(in2) {
 			t.Fatalf("re-encoding differs:\n in  %x\n out %x", in2, out)

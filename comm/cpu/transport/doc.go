@@ -1,0 +1,50 @@
+// Package transport holds the CPU engine's transports, apart from its
+// algorithms (package comm/cpu), as Gloo keeps gloo/transport/{tcp,uv,
+// ibverbs} beside gloo/allreduce_*.h: how bytes of one op move between
+// the ranks of a group, and nothing about which bytes an algorithm sends.
+//
+// # Structure
+//
+//   - link.go: Link, the connection to one peer as the progress goroutine
+//     sees it (Gloo's transport::Pair: poll, read, send, flush), the sink a
+//     read delivers into (copy, reduce, or segments), Ctl, the state every
+//     link of one engine shares (stop, wake-ups, notice handlers), and the
+//     backoff that paces polling.
+//   - tcp.go: TCPLink, over one authenticated TCP connection, with reader
+//     and writer goroutines; shm.go, shm_copy.go: ShmLink, two rings in a
+//     shared-memory segment per pair of ranks on one host; inmem.go:
+//     InmemHub, the same rings in Go memory for ranks that are goroutines
+//     of one process (the counterpart of hashicorp/raft's
+//     inmem_transport.go).
+//   - header.go: the 64-byte wire header every message starts with,
+//     carrying the op's fingerprint.
+//   - mesh.go, p2p.go: Mesh, one link per peer for one rank, matching
+//     messages to the current op (fingerprint, step, length), stashing
+//     point-to-point messages; it implements the comm/cpu Mesh interface
+//     the algorithms are written against.
+//   - shm_group.go, futex_linux.go, mesh_flat.go: the group segment of a
+//     group whose 2..MaxFlatRanks ranks share a host (per-rank
+//     double-buffered slots, sequence words, futex bells), the wait policy
+//     (spin at most 50 µs, or yield when oversubscribed, then FUTEX_WAIT in
+//     1 ms slices; docs/algorithms.md, "Waiting"), and Mesh's Slots
+//     methods for the one-step algorithms.
+//   - inmem_mesh.go: InmemMesh, the ranks of a group connected in memory,
+//     each with a ready Mesh, for algorithm tests without an engine.
+//
+// Connection set-up (addresses through the store, handshakes, who creates
+// which segment) and what a failure means for the communicator (notices,
+// blame) belong to the engine (comm/cpu: rendezvous.go, failure.go); it
+// hands this package the connections and hooks (Ctl.OnNotice, Mesh.Fatal,
+// Mesh.Mismatch, ...).
+//
+// # Caller's duties
+//
+//  1. One goroutine at a time drives a rank's links and Mesh (the
+//     engine's progress goroutine): the links' poll, read, send, flush and every Mesh
+//     method. Ctl.Poke, notices and Close may come from any goroutine.
+//  2. Call Mesh.Begin with the op's fingerprint before its first message,
+//     with the same fingerprint on every rank.
+//  3. Keep a sent buffer unchanged until Flush returns.
+//  4. Stop (close Ctl.Stop, set Ctl.Stopped, Poke) before closing links,
+//     and unmap segments only once no goroutine can touch them.
+package transport
