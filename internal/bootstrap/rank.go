@@ -166,7 +166,7 @@ func (r *Rank) join(ctx context.Context, c *Config) error {
 // initBarrierKey picks this Init's incarnation and returns the key of its
 // init barrier: InitBarrierKey for the first, "init.<k>" after.
 func (r *Rank) initBarrierKey(c *Config) string {
-	k := groups.NextIncarnation(fmt.Sprintf("%p|%s|%s|%d", c.store, c.natsURL, c.job, c.rank))
+	k := groups.NextIncarnation(fmt.Sprintf("%p|%s|%s|%d", c.store, c.natsURL, c.job, c.rank), c.store)
 	r.Incarnation = k
 	if k == 0 {
 		return InitBarrierKey

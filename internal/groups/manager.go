@@ -171,22 +171,30 @@ func (m *Manager) Group(name string) *comm.ProcessGroup {
 // process-wide by nature (a Close then Init in the same process must not
 // reuse the earlier Init's store keys).
 var incarnations struct {
-	mu sync.Mutex
-	n  map[string]uint32
+	mu   sync.Mutex
+	n    map[string]uint32
+	pins map[string]any
 }
 
 // NextIncarnation returns how many times this process already initialized
 // the runtime identified by key (the store, job and rank), and counts this
 // one. The store's identity matters for tests that run several in-process
-// ranks on a fresh MemStore each.
-func NextIncarnation(key string) uint32 {
+// ranks on a fresh MemStore each. key may name the store by its address
+// (%p): pass the store as pin, which is kept referenced for as long as the
+// count is, so that no later store can be allocated at that address and
+// inherit the count (its Init would then wait on "init.<k>" barrier keys
+// its peers never write).
+func NextIncarnation(key string, pin any) uint32 {
 	incarnations.mu.Lock()
 	defer incarnations.mu.Unlock()
 	if incarnations.n == nil {
-		incarnations.n = map[string]uint32{}
+		incarnations.n, incarnations.pins = map[string]uint32{}, map[string]any{}
 	}
 	k := incarnations.n[key]
 	incarnations.n[key] = k + 1
+	if pin != nil {
+		incarnations.pins[key] = pin
+	}
 	return k
 }
 

@@ -3,6 +3,8 @@ package groups
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -140,5 +142,19 @@ func TestClosedManagerRefuses(t *testing.T) {
 	}
 	if g := m.Group(WorldGroupName); g != nil {
 		t.Errorf("Group after Close: %v, want nil", g)
+	}
+}
+
+// TestNextIncarnationPinsTheStore: a store named by its address is kept
+// referenced, so a fresh store allocated after the first was collected
+// never shares its address and inherits its count (a flake of
+// TestInitFailsWhenARankDies: the second test's Init waited on "init.1").
+func TestNextIncarnationPinsTheStore(t *testing.T) {
+	for i := range 2000 {
+		st := new([64]byte) // a store-sized object; each is a different store
+		if k := NextIncarnation(fmt.Sprintf("%p|pin-test", st), st); k != 0 {
+			t.Fatalf("store %d of 2000: incarnation %d, want 0 (its address was a collected store's)", i, k)
+		}
+		runtime.GC()
 	}
 }
