@@ -119,20 +119,33 @@ func CreateShm(dir string, ringBytes int) (*ShmLink, error) {
 
 // OpenShm maps the segment a lower rank created.
 func OpenShm(path string, ringBytes int, creator bool) (*ShmLink, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	size := shmDataOff + 2*ringBytes
+	f, err := openSegment(path, size, "shm segment", "ShmRingBytes")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	return mapShm(f, path, size, ringBytes, creator)
+}
+
+// openSegment opens the shared-memory file a peer created at path and
+// checks that it has size bytes; a different size means the ranks were
+// configured differently (hint names the option). The caller closes f.
+func openSegment(path string, size int, what, hint string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, err
 	}
-	size := shmDataOff + 2*ringBytes
-	if st.Size() != int64(size) {
-		return nil, fmt.Errorf("shm segment %s has %d bytes, want %d (ranks disagree on ShmRingBytes?)", path, st.Size(), size)
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
 	}
-	return mapShm(f, path, size, ringBytes, creator)
+	if st.Size() != int64(size) {
+		f.Close()
+		return nil, fmt.Errorf("%s %s has %d bytes, want %d (ranks disagree on %s?)", what, path, st.Size(), size, hint)
+	}
+	return f, nil
 }
 
 // mapShm maps the segment with MAP_POPULATE: every page of both rings is

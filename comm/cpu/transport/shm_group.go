@@ -133,19 +133,12 @@ func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 // OpenGroupShm maps the group segment rank 0 created and checks that it
 // was made for n ranks and slots of slot bytes.
 func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	size := grpBytes(n, slot)
+	f, err := openSegment(path, size, "group shm segment", "FlatThreshold")
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := grpBytes(n, slot)
-	if st.Size() != int64(size) {
-		return nil, fmt.Errorf("group shm segment %s has %d bytes, want %d (ranks disagree on FlatThreshold?)", path, st.Size(), size)
-	}
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
