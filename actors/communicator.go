@@ -253,13 +253,17 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 
 // Submit posts op to the actor's mailbox (comm.Launcher). After Close, or
 // once the actor's supervisor has stopped it, p fails with comm.ErrClosed;
-// once Retire was called, with the retirement's *comm.AbortedError. With
-// BlockingWait, p's Work gets op's deadline first.
-func (c *Communicator) Submit(op *comm.Op, p *comm.Promise) {
+// once Retire was called, with the retirement's *comm.AbortedError. The
+// communicator owns the op's deadline: op.Timeout, or ctx's deadline if
+// that is earlier, and a cancelled ctx aborts it and fails p with a
+// *comm.CanceledError (applyContext); with BlockingWait, p's Work gets
+// that deadline too. ctx may be nil (no bound but the timeout).
+func (c *Communicator) Submit(ctx context.Context, op *comm.Op, p *comm.Promise) {
 	if e := c.retired.Load(); e != nil {
 		p.Complete(e)
 		return
 	}
+	c.applyContext(ctx, op, p)
 	if c.cfg.BlockingWait && op.Timeout > 0 {
 		c.setDeadline(op, p)
 	}

@@ -20,11 +20,55 @@ import (
 func (c *Communicator) setDeadline(op *comm.Op, p *comm.Promise) {
 	shape, timeout, rank, w := op.FP, op.Timeout, c.cfg.Rank, p.Work()
 	p.SetDeadline(time.Now().Add(timeout), func(elapsed time.Duration) error {
-		fp := w.Fingerprint()
-		if fp.Seq == 0 { // not scheduled yet: name its shape
-			fp = shape
+		return &comm.TimeoutError{Rank: rank, FP: fingerprintOr(w, shape), Group: c.group, Timeout: timeout, Elapsed: elapsed}
+	})
+}
+
+// fingerprintOr is w's fingerprint, or shape (the op's lowered
+// fingerprint, without identity) if the actor has not scheduled it yet.
+func fingerprintOr(w *comm.Work, shape comm.Fingerprint) comm.Fingerprint {
+	if fp := w.Fingerprint(); fp.Seq != 0 {
+		return fp
+	}
+	return shape
+}
+
+// applyContext makes the communicator the owner of op's deadline from
+// ctx, the ctx given to the op's ProcessGroup method: a ctx deadline
+// earlier than op.Timeout becomes op's timeout (the watchdog then fails
+// the op with a *comm.TimeoutError and aborts, exactly as for the op
+// timeout), and cancelling ctx before the op completes aborts the
+// communicator and fails the op with a *comm.CanceledError, since a
+// collective cannot be left half-done. It runs before the op reaches the
+// mailbox, so the observers see the final timeout.
+func (c *Communicator) applyContext(ctx context.Context, op *comm.Op, p *comm.Promise) {
+	if ctx == nil {
+		return
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d < op.Timeout {
+			op.Timeout = max(d, time.Nanosecond)
 		}
-		return &comm.TimeoutError{Rank: rank, FP: fp, Group: c.group, Timeout: timeout, Elapsed: elapsed}
+	}
+	if ctx.Done() == nil {
+		return // never cancelled: no closure to allocate on the small-op path
+	}
+	shape, w := op.FP, p.Work()
+	p.BindContext(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return // the op's timeout is the deadline: the watchdog fails it
+		}
+		if w.IsCompleted() {
+			return
+		}
+		err := &comm.CanceledError{Group: c.group, Rank: c.backend.Rank(), FP: fingerprintOr(w, shape), Err: ctx.Err()}
+		c.log.Warn().Err(err).Msg("op abandoned by its ctx; aborting the communicator")
+		// Abort first: once the Work has failed, every peer knows (the
+		// engine's Abort waits for their acknowledgements). The engine
+		// then fails the Work with an *AbortedError wrapping err, unless
+		// this Complete comes first.
+		c.Abort(err)
+		p.Complete(err)
 	})
 }
 

@@ -111,3 +111,42 @@ func TestCommunicatorCloseGrace(t *testing.T) {
 		}
 	}
 }
+
+// TestCommunicatorOwnsCtxDeadline: the communicator derives the op's
+// deadline from the ctx given to the op's method: a ctx deadline earlier
+// than the op timeout becomes the timeout the observers (the watchdog)
+// see, and cancelling ctx while the op is held aborts the engine and fails
+// the op with a *CanceledError naming the op; an op that completed first
+// is left alone.
+func TestCommunicatorOwnsCtxDeadline(t *testing.T) {
+	rec := testrank.NewRecorder(1, 2)
+	var timeouts []time.Duration
+	_, pg := lifeComm(t, rec, actors.CommunicatorConfig{Supervise: func(*actors.Communicator) actors.Observer {
+		return actors.ObserverFunc(func(op *comm.Op, _ *comm.Promise) { timeouts = append(timeouts, op.Timeout) })
+	}})
+	bg := context.Background()
+	dctx, cancelD := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancelD()
+	if err := pg.Barrier(dctx, comm.WithOpTimeout(time.Hour)).Wait(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Barrier(bg, comm.WithOpTimeout(time.Hour)).Wait(bg); err != nil {
+		t.Fatal(err)
+	}
+	if len(timeouts) != 2 || timeouts[0] <= 0 || timeouts[0] > 200*time.Millisecond || timeouts[1] != time.Hour {
+		t.Fatalf("timeouts the observer saw: %v, want [≤200ms 1h]", timeouts)
+	}
+
+	rec.SetHold(true)
+	defer rec.Release(nil)
+	cctx, cancel := context.WithCancel(bg)
+	w := pg.AllReduce(cctx, comm.NewHostBuffer(comm.Int32, 1), comm.Sum)
+	cancel()
+	var ce *comm.CanceledError
+	if err := w.Wait(bg); !errors.As(err, &ce) || !errors.Is(err, context.Canceled) || ce.Group != "g" || ce.Rank != 1 || ce.FP.Seq != 3 {
+		t.Fatalf("cancelled held op: %v, want a *CanceledError of group g, rank 1, seq 3 wrapping context.Canceled", err)
+	}
+	if err := rec.AsyncError(); !errors.As(err, &ce) {
+		t.Fatalf("engine abort reason %v, want the *CanceledError (cancelling the op's ctx aborts the communicator)", err)
+	}
+}

@@ -176,13 +176,13 @@ func TestStoppedByParent(t *testing.T) {
 		t.Errorf("a Spawner without SpawnPrefix named the actor %q", c.PID().Id)
 	}
 	p := comm.NewPromise(comm.OpBarrier)
-	c.Submit(&comm.Op{Type: comm.OpBarrier}, p)
+	c.Submit(context.Background(), &comm.Op{Type: comm.OpBarrier}, p)
 	if err := p.Work().Err(); !errors.Is(err, comm.ErrEngine) {
 		t.Fatalf("panicking op: %v", err)
 	}
 	waitFor(t, "the actor stopped", c.Stopped)
 	p = comm.NewPromise(comm.OpBarrier)
-	c.Submit(&comm.Op{Type: comm.OpBarrier}, p)
+	c.Submit(context.Background(), &comm.Op{Type: comm.OpBarrier}, p)
 	if err := p.Work().Err(); !errors.Is(err, comm.ErrClosed) || !strings.Contains(err.Error(), "supervisor") {
 		t.Errorf("op after the stop: %v, want ErrClosed naming the supervisor", err)
 	}

@@ -194,7 +194,7 @@ func TestCommunicatorClose(t *testing.T) {
 		t.Fatal("backend not closed")
 	}
 	w := comm.NewPromise(comm.OpBarrier)
-	c.Submit(&comm.Op{Type: comm.OpBarrier}, w)
+	c.Submit(context.Background(), &comm.Op{Type: comm.OpBarrier}, w)
 	if err := w.Work().Err(); !errors.Is(err, comm.ErrClosed) {
 		t.Fatalf("Submit after Close: %v", err)
 	}
@@ -223,10 +223,10 @@ func TestCloseStuckEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			go c.Submit(&comm.Op{Type: comm.OpBarrier}, comm.NewPromise(comm.OpBarrier))
+			go c.Submit(context.Background(), &comm.Op{Type: comm.OpBarrier}, comm.NewPromise(comm.OpBarrier))
 			<-entered
 			queued := comm.NewPromise(comm.OpBarrier)
-			c.Submit(&comm.Op{Type: comm.OpBarrier}, queued)
+			c.Submit(context.Background(), &comm.Op{Type: comm.OpBarrier}, queued)
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 			defer cancel()
 			start := time.Now()

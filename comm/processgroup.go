@@ -2,7 +2,6 @@ package comm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -26,7 +25,12 @@ const DefaultTimeout = 10 * time.Minute
 type Launcher interface {
 	// Submit schedules op; the launcher completes p (itself or through the
 	// engine) exactly once. Submit after Close fails p with ErrClosed.
-	Submit(op *Op, p *Promise)
+	// ctx (nil: none) is the ctx given to the op's ProcessGroup method;
+	// the launcher owns the op's deadline from it: op.Timeout, or ctx's
+	// deadline if that is earlier, and when ctx is cancelled before p
+	// completes, a *CanceledError and an abort of the communicator (see
+	// actors.Communicator.Submit and Promise.BindContext).
+	Submit(ctx context.Context, op *Op, p *Promise)
 	// Abort aborts the communicator: in-flight and later ops fail with
 	// ErrAborted wrapping reason (ncclCommAbort). Idempotent.
 	Abort(reason error)
@@ -313,12 +317,13 @@ func (pg *ProcessGroup) precheck(ctx context.Context, op OpType) *Work {
 	return nil
 }
 
-// submit applies opts (the op's timeout) and ctx, and hands op to the
-// launcher. op's fingerprint already holds the op's shape (type, dtype,
-// count, root, reduce op); the communicator actor fills in its identity
-// (group hash, epoch, seq).
+// submit applies opts (the op's timeout: WithOpTimeout, else the
+// group's) and hands op with ctx to the launcher. op's fingerprint already
+// holds the op's shape (type, dtype, count, root, reduce op); the
+// communicator actor fills in its identity (group hash, epoch, seq).
 //
-// ctx bounds the op after launch too (see "Contexts" in doc.go):
+// ctx bounds the op after launch too; the
+// communicator owns that (Launcher.Submit):
 //   - a ctx deadline earlier than the op's timeout becomes its timeout, so
 //     the watchdog fails the Work with a *TimeoutError and aborts the
 //     communicator exactly as for the op timeout;
@@ -342,39 +347,6 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 	if then != nil {
 		w.after = func() { then(w) }
 	}
-	if ctx != nil {
-		if dl, ok := ctx.Deadline(); ok {
-			if d := time.Until(dl); d < op.Timeout {
-				op.Timeout = max(d, time.Nanosecond)
-			}
-		}
-		if ctx.Done() != nil {
-			w.opDone = ctx.Done()
-			shape := op.FP // the identity comes from the communicator (Work.Fingerprint)
-			stop := context.AfterFunc(ctx, func() {
-				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					return // the op's timeout is the deadline: the watchdog fails it
-				}
-				if w.IsCompleted() {
-					return
-				}
-				err := &CanceledError{Group: pg.name, Rank: pg.rank, FP: w.fingerprintOr(shape), Err: ctx.Err()}
-				pg.log.Warn().Err(err).Msg("op abandoned by its ctx; aborting the communicator")
-				// Abort first: once the Work has failed, every peer knows
-				// (the engine's Abort waits for their acknowledgements).
-				// The engine then fails the Work with an *AbortedError
-				// wrapping err, unless this Complete comes first.
-				pg.launcher.Abort(err)
-				p.Complete(err)
-			})
-			w.after = func() {
-				stop()
-				if then != nil {
-					then(w)
-				}
-			}
-		}
-	}
-	pg.launcher.Submit(op, p)
+	pg.launcher.Submit(ctx, op, p)
 	return w
 }

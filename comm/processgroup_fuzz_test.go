@@ -76,7 +76,7 @@ func FuzzSplitsValidation(f *testing.F) {
 // recordingLauncher records ops and completes them, without an actor.
 type recordingLauncher struct{ ops []*comm.Op }
 
-func (l *recordingLauncher) Submit(op *comm.Op, p *comm.Promise) {
+func (l *recordingLauncher) Submit(_ context.Context, op *comm.Op, p *comm.Promise) {
 	l.ops = append(l.ops, op)
 	p.Complete(nil)
 }

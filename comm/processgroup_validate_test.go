@@ -234,9 +234,12 @@ func TestAnySourceInGroupOfOne(t *testing.T) {
 // nullLauncher counts submissions; for configurations without an actor.
 type nullLauncher struct{ n int }
 
-func (l *nullLauncher) Submit(op *comm.Op, p *comm.Promise) { l.n++; p.Complete(nil) }
-func (l *nullLauncher) Abort(error)                         {}
-func (l *nullLauncher) Close(context.Context) error         { return nil }
+func (l *nullLauncher) Submit(_ context.Context, op *comm.Op, p *comm.Promise) {
+	l.n++
+	p.Complete(nil)
+}
+func (l *nullLauncher) Abort(error)                 {}
+func (l *nullLauncher) Close(context.Context) error { return nil }
 
 // TestValidationDeviceEngine checks that a group of the NCCL engine
 // refuses host buffers, buffers on another device than its communicator's,

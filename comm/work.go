@@ -266,15 +266,6 @@ func (w *Work) Fingerprint() Fingerprint {
 	return w.fp
 }
 
-// fingerprintOr is the Work's Fingerprint, or shape (the op's lowered
-// fingerprint, without identity) if the communicator has not scheduled it.
-func (w *Work) fingerprintOr(shape Fingerprint) Fingerprint {
-	if fp := w.Fingerprint(); fp.Seq != 0 {
-		return fp
-	}
-	return shape
-}
-
 // OpType is the kind of operation.
 func (w *Work) OpType() OpType { return w.op }
 
@@ -291,9 +282,33 @@ func (p *Promise) MarkStarted() { p.w.started.CompareAndSwap(0, time.Now().UnixN
 
 // Complete finishes p's Work with err (nil for success) and wakes its
 // waiters. Only the first call has an effect; it returns whether this call
-// completed the Work. Called by engines, the actor, the watchdog, the
-// ProcessGroup (a cancelled ctx) and comm hooks.
+// completed the Work. Called by engines, the communicator actor (also for
+// a cancelled ctx), the watchdog and comm hooks.
 func (p *Promise) Complete(err error) bool { return p.w.complete(err) }
+
+// BindContext ties p's Work to ctx, the ctx given to the op's
+// ProcessGroup method: when ctx is done before the Work completes,
+// onDone runs once (on a goroutine of its own; it typically aborts the
+// communicator and completes p with a *CanceledError), and Work.Wait with
+// that same ctx may run the op inline (see Work.Wait). Completing the Work
+// unregisters onDone. Call it at most once, before the Work can complete
+// (the launcher does so in Submit); a nil ctx or one that is never done
+// binds nothing.
+func (p *Promise) BindContext(ctx context.Context, onDone func()) {
+	if ctx == nil || ctx.Done() == nil {
+		return
+	}
+	w := &p.w
+	w.opDone = ctx.Done()
+	stop := context.AfterFunc(ctx, onDone)
+	then := w.after
+	w.after = func() {
+		stop()
+		if then != nil {
+			then()
+		}
+	}
+}
 
 // complete is Promise.Complete.
 func (w *Work) complete(err error) bool {

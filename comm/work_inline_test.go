@@ -88,8 +88,11 @@ func TestWorkIsSuccess(t *testing.T) {
 // doneLauncher completes every op at once.
 type doneLauncher struct{}
 
-func (doneLauncher) Submit(op *Op, p *Promise) { p.SetFingerprint(op.FP); p.Complete(nil) }
-func (doneLauncher) Abort(error)               {}
+func (doneLauncher) Submit(_ context.Context, op *Op, p *Promise) {
+	p.SetFingerprint(op.FP)
+	p.Complete(nil)
+}
+func (doneLauncher) Abort(error) {}
 func (doneLauncher) Close(context.Context) error {
 	return nil
 }
