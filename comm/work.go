@@ -291,7 +291,9 @@ func (p *Promise) Complete(err error) bool { return p.w.complete(err) }
 // onDone runs once (on a goroutine of its own; it typically aborts the
 // communicator and completes p with a *CanceledError), and Work.Wait with
 // that same ctx may run the op inline (see Work.Wait). Completing the Work
-// unregisters onDone. Call it at most once, before the Work can complete
+// unregisters onDone (onDone must itself check Work.IsCompleted: a
+// completion racing with BindContext may leave it registered until ctx
+// ends). Call it at most once, before the Work can complete
 // (the launcher does so in Submit); a nil ctx or one that is never done
 // binds nothing.
 func (p *Promise) BindContext(ctx context.Context, onDone func()) {
@@ -300,14 +302,22 @@ func (p *Promise) BindContext(ctx context.Context, onDone func()) {
 	}
 	w := &p.w
 	w.opDone = ctx.Done()
-	stop := context.AfterFunc(ctx, onDone)
+	// w.after is set before the AfterFunc exists, so that an onDone
+	// racing with this call never reads it while it is written; a
+	// completion that comes before stop is stored leaves the AfterFunc to
+	// find the Work completed.
+	var stop atomic.Pointer[func() bool]
 	then := w.after
 	w.after = func() {
-		stop()
+		if s := stop.Load(); s != nil {
+			(*s)()
+		}
 		if then != nil {
 			then()
 		}
 	}
+	s := context.AfterFunc(ctx, onDone)
+	stop.Store(&s)
 }
 
 // complete is Promise.Complete.
