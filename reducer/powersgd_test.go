@@ -180,17 +180,8 @@ func TestPowerSGDExactForLowRank(t *testing.T) {
 				eachWorld(t, n, func(t *testing.T, groups []Group, _ *memWorld) {
 					runRanks(t, groups, func(rank int, g Group) error {
 						m := newModel(numel)
-						red, err := New(bg, g, m.params, Config{})
+						red, st, err := powerSGDReducer(g, m.params, BatchedPowerSGDHook)
 						if err != nil {
-							return err
-						}
-						cfg := DefaultPowerSGDConfig()
-						cfg.StartPowerSGDIter = 2
-						st, err := NewPowerSGDState(cfg)
-						if err != nil {
-							return err
-						}
-						if err := red.RegisterCommHook(BatchedPowerSGDHook(st)); err != nil {
 							return err
 						}
 						full := make([]float32, 36)
@@ -335,17 +326,8 @@ func TestPowerSGDDTypesAndErrors(t *testing.T) {
 			eachWorld(t, 2, func(t *testing.T, groups []Group, _ *memWorld) {
 				runRanks(t, groups, func(rank int, g Group) error {
 					data, grad := comm.NewHostBuffer(tc.dt, 80), comm.NewHostBuffer(tc.dt, 80)
-					red, err := New(bg, g, []Param{{Name: "w", Data: data, Shape: []int{10, 8}}}, Config{})
+					red, st, err := powerSGDReducer(g, []Param{{Name: "w", Data: data, Shape: []int{10, 8}}}, PowerSGDHook)
 					if err != nil {
-						return err
-					}
-					cfg := DefaultPowerSGDConfig()
-					cfg.StartPowerSGDIter = 2
-					st, err := NewPowerSGDState(cfg)
-					if err != nil {
-						return err
-					}
-					if err := red.RegisterCommHook(PowerSGDHook(st)); err != nil {
 						return err
 					}
 					for it := range 4 {
@@ -545,4 +527,24 @@ func stepAsIs(red *Reducer, m *model, order []int) error {
 		}
 	}
 	return red.EndBackward(bg)
+}
+
+// powerSGDReducer is a Reducer over params with hook (PowerSGDHook or
+// BatchedPowerSGDHook) registered on a default PowerSGD state, returned
+// too, that compresses from iteration 2 on.
+func powerSGDReducer(g Group, params []Param, hook func(*PowerSGDState) CommHook) (*Reducer, *PowerSGDState, error) {
+	red, err := New(context.Background(), g, params, Config{})
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := DefaultPowerSGDConfig()
+	cfg.StartPowerSGDIter = 2
+	st, err := NewPowerSGDState(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := red.RegisterCommHook(hook(st)); err != nil {
+		return nil, nil, err
+	}
+	return red, st, nil
 }
