@@ -3,9 +3,11 @@ package ranktree
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/store"
+	"github.com/ranktree/ranktree/supervisor"
 )
 
 // benchWorld starts a two-rank job in this process over the CPU engine's
@@ -33,20 +35,21 @@ func benchWorld(tb testing.TB) []*Runtime {
 }
 
 // allReduce4B runs one 4-byte float32 sum allreduce on both ranks (rank 1
-// on its own goroutine, paced by next/done) and checks the result.
+// on its own goroutine, paced by next/done) and checks the result. Both
+// ranks pass ctx to the op and to Wait.
 type allReduce4B struct {
+	ctx  context.Context
 	pgs  [2]*comm.ProcessGroup
 	bufs [2][]float32
 	next chan struct{}
 	done chan error
 }
 
-func newAllReduce4B(tb testing.TB, rts []*Runtime) *allReduce4B {
-	a := &allReduce4B{next: make(chan struct{}), done: make(chan error)}
+func newAllReduce4B(tb testing.TB, rts []*Runtime, ctx context.Context) *allReduce4B {
+	a := &allReduce4B{ctx: ctx, next: make(chan struct{}), done: make(chan error)}
 	for r := range 2 {
 		a.pgs[r], a.bufs[r] = rts[r].World(), make([]float32, 1)
 	}
-	ctx := context.Background()
 	buf1 := comm.HostBuffer(a.bufs[1])
 	go func() {
 		for range a.next {
@@ -59,7 +62,7 @@ func newAllReduce4B(tb testing.TB, rts []*Runtime) *allReduce4B {
 }
 
 func (a *allReduce4B) step(tb testing.TB, buf0 comm.Buffer) {
-	ctx := context.Background()
+	ctx := a.ctx
 	a.bufs[0][0] = 1
 	a.next <- struct{}{}
 	if err := a.pgs[0].AllReduce(ctx, buf0, comm.Sum).Wait(ctx); err != nil {
@@ -74,12 +77,25 @@ func (a *allReduce4B) step(tb testing.TB, buf0 comm.Buffer) {
 }
 
 // BenchmarkAllReduce4BPublicPath times one 4-byte allreduce through the
-// whole public path (ProcessGroup.AllReduce → communicator actor → watchdog
-// and flight recorder → CPU engine over shm → Work.Wait) with two ranks in
-// this process; allocs/op counts both ranks.
+// whole public path (ProcessGroup.AllReduce → communicator → watchdog and
+// flight recorder → CPU engine over shm → Work.Wait) with two ranks in
+// this process; allocs/op counts both ranks. The ctx is never done.
 func BenchmarkAllReduce4BPublicPath(b *testing.B) {
+	benchPublicPath(b, context.Background())
+}
+
+// BenchmarkAllReduce4BPublicPathCancelCtx is the same with a cancellable
+// ctx, as allreduce-bench and training loops pass (signal.NotifyContext):
+// the communicator watches it for every op.
+func BenchmarkAllReduce4BPublicPathCancelCtx(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	benchPublicPath(b, ctx)
+}
+
+func benchPublicPath(b *testing.B, ctx context.Context) {
 	rts := benchWorld(b)
-	a := newAllReduce4B(b, rts)
+	a := newAllReduce4B(b, rts, ctx)
 	buf0 := comm.HostBuffer(a.bufs[0])
 	for range 200 {
 		a.step(b, buf0)
@@ -88,5 +104,33 @@ func BenchmarkAllReduce4BPublicPath(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		a.step(b, buf0)
+	}
+}
+
+// TestPublicPathAllocs bounds the allocations of a small allreduce on the
+// whole public path, supervision included (issue 15): two per rank, the
+// block of the Op and its Promise, which the caller's *Work lives in
+// (comm/processgroup_collectives.go newOp), and the communicator actor's
+// mailbox scheduling, for a ctx that is never done and for a cancellable
+// one.
+func TestPublicPathAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a two-rank job")
+	}
+	rts := benchWorld(t)
+	cctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, ctx := range []context.Context{context.Background(), cctx} {
+		a := newAllReduce4B(t, rts, ctx)
+		buf0 := comm.HostBuffer(a.bufs[0])
+		step := func() { a.step(t, buf0) }
+		// Past a few watchdog ticks (supervisor.DefaultWatchdogInterval),
+		// so that the watchdog's records are recycled (steady state).
+		for end := time.Now().Add(4 * supervisor.DefaultWatchdogInterval); time.Now().Before(end); {
+			step()
+		}
+		if n := testing.AllocsPerRun(2000, step); n > 4 {
+			t.Errorf("%v allocations per allreduce on two ranks (ctx done channel %v), want at most 2 per rank", n, ctx.Done() != nil)
+		}
 	}
 }

@@ -184,8 +184,9 @@ type Communicator struct {
 // returns one after a launch that returned normally (a panicking launch
 // leaves its message to the supervisor's failure report and the GC).
 type launchMsg struct {
-	op *comm.Op
-	p  *comm.Promise
+	ctx context.Context // the ctx given to the op's ProcessGroup method
+	op  *comm.Op
+	p   *comm.Promise
 }
 
 var launchMsgs = sync.Pool{New: func() any { return new(launchMsg) }}
@@ -203,6 +204,7 @@ type commActor struct {
 	epoch    uint32
 	observer Observer
 	onPanic  func(p *Panic)
+	ctxw     *comm.CtxWatch // the launched ops' ctxs (communicator_life.go)
 	log      zerolog.Logger
 	seq      atomic.Uint64                    // last collective seq assigned
 	p2pSeq   atomic.Uint64                    // last P2P seq assigned
@@ -240,6 +242,7 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 		disp = actor.NewSynchronizedDispatcher(300)
 	}
 	c := &Communicator{system: system, backend: backend, group: cfg.Group, epoch: cfg.Epoch, cfg: cfg, log: log, state: st}
+	st.ctxw = comm.NewCtxWatch(c.ctxDone)
 	if cfg.Supervise != nil {
 		st.observer = cfg.Supervise(c)
 	}
@@ -256,7 +259,7 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 // once Retire was called, with the retirement's *comm.AbortedError. The
 // communicator owns the op's deadline: op.Timeout, or ctx's deadline if
 // that is earlier, and a cancelled ctx aborts it and fails p with a
-// *comm.CanceledError (applyContext); with BlockingWait, p's Work gets
+// *comm.CanceledError (applyContext, ctxDone); with BlockingWait, p's Work gets
 // that deadline too. ctx may be nil (no bound but the timeout).
 func (c *Communicator) Submit(ctx context.Context, op *comm.Op, p *comm.Promise) {
 	if e := c.retired.Load(); e != nil {
@@ -280,7 +283,7 @@ func (c *Communicator) Submit(ctx context.Context, op *comm.Op, p *comm.Promise)
 		return
 	}
 	m := launchMsgs.Get().(*launchMsg)
-	m.op, m.p = op, p
+	m.ctx, m.op, m.p = ctx, op, p
 	c.system.Root.Send(c.pid, m)
 	c.senders.Add(-1)
 }
@@ -305,7 +308,7 @@ func (c *Communicator) Close(ctx context.Context) error {
 }
 
 // stop is Close after the grace period: drain the mailbox, stop the actor,
-// close the engine.
+// stop watching the ops' ctxs, close the engine.
 func (c *Communicator) stop(ctx context.Context) error {
 	c.stopOnce.Do(func() {
 		c.closed.Store(true)
@@ -319,6 +322,7 @@ func (c *Communicator) stop(ctx context.Context) error {
 		} else {
 			c.system.Root.Stop(c.pid)
 		}
+		c.state.ctxw.Close()
 		c.stopErr = errors.Join(waitErr, c.backend.Close())
 		c.log.Debug().Uint64("seq", c.state.seq.Load()).Uint64("p2p_seq", c.state.p2pSeq.Load()).Msg("communicator closed")
 	})
@@ -400,6 +404,7 @@ func (a *commActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *launchMsg:
 		a.launch(m.op, m.p)
+		a.ctxw.Bind(m.ctx, m.p)
 		*m = launchMsg{}
 		launchMsgs.Put(m)
 	case *stopMsg:

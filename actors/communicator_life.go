@@ -37,10 +37,12 @@ func fingerprintOr(w *comm.Work, shape comm.Fingerprint) comm.Fingerprint {
 // ctx, the ctx given to the op's ProcessGroup method: a ctx deadline
 // earlier than op.Timeout becomes op's timeout (the watchdog then fails
 // the op with a *comm.TimeoutError and aborts, exactly as for the op
-// timeout), and cancelling ctx before the op completes aborts the
+// timeout). It runs before the op is launched, so the observers see the
+// final timeout. Cancelling ctx before the op completes aborts the
 // communicator and fails the op with a *comm.CanceledError, since a
-// collective cannot be left half-done. It runs before the op reaches the
-// mailbox, so the observers see the final timeout.
+// collective cannot be left half-done: the launch binds the op to ctx
+// (comm.CtxWatch, one registration per distinct ctx, not per op) and
+// ctxDone acts when it ends.
 func (c *Communicator) applyContext(ctx context.Context, op *comm.Op, p *comm.Promise) {
 	if ctx == nil {
 		return
@@ -50,26 +52,35 @@ func (c *Communicator) applyContext(ctx context.Context, op *comm.Op, p *comm.Pr
 			op.Timeout = max(d, time.Nanosecond)
 		}
 	}
-	if ctx.Done() == nil {
-		return // never cancelled: no closure to allocate on the small-op path
+	p.SetOpContext(ctx)
+}
+
+// ctxDone is the CtxWatch's callback: ctx ended while the ops of ps were
+// in flight (launched: their fingerprints are set). A cancelled ctx aborts
+// the communicator and fails each with a *comm.CanceledError naming it; a
+// deadline is the ops' timeout already, which the watchdog enforces.
+func (c *Communicator) ctxDone(ctx context.Context, ps []*comm.Promise) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return // the op's timeout is the deadline: the watchdog fails it
 	}
-	shape, w := op.FP, p.Work()
-	p.BindContext(ctx, func() {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return // the op's timeout is the deadline: the watchdog fails it
-		}
+	aborted := false
+	for _, p := range ps {
+		w := p.Work()
 		if w.IsCompleted() {
-			return
+			continue
 		}
-		err := &comm.CanceledError{Group: c.group, Rank: c.backend.Rank(), FP: fingerprintOr(w, shape), Err: ctx.Err()}
-		c.log.Warn().Err(err).Msg("op abandoned by its ctx; aborting the communicator")
-		// Abort first: once the Work has failed, every peer knows (the
-		// engine's Abort waits for their acknowledgements). The engine
-		// then fails the Work with an *AbortedError wrapping err, unless
-		// this Complete comes first.
-		c.Abort(err)
+		err := &comm.CanceledError{Group: c.group, Rank: c.backend.Rank(), FP: w.Fingerprint(), Err: ctx.Err()}
+		if !aborted {
+			aborted = true
+			c.log.Warn().Err(err).Msg("op abandoned by its ctx; aborting the communicator")
+			// Abort first: once the Work has failed, every peer knows
+			// (the engine's Abort waits for their acknowledgements). The
+			// engine then fails the Work with an *AbortedError wrapping
+			// err, unless this Complete comes first.
+			c.Abort(err)
+		}
 		p.Complete(err)
-	})
+	}
 }
 
 // Retire marks the communicator as replaced (a restart under a new epoch):

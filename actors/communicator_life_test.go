@@ -137,14 +137,27 @@ func TestCommunicatorOwnsCtxDeadline(t *testing.T) {
 		t.Fatalf("timeouts the observer saw: %v, want [≤200ms 1h]", timeouts)
 	}
 
+	// Ops that completed under the ctx are left alone when it is
+	// cancelled later; the one in flight fails.
+	cctx, cancel := context.WithCancel(bg)
+	done := []*comm.Work{pg.Barrier(cctx), pg.Barrier(cctx)}
+	for _, w := range done {
+		if err := w.Wait(cctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rec.SetHold(true)
 	defer rec.Release(nil)
-	cctx, cancel := context.WithCancel(bg)
 	w := pg.AllReduce(cctx, comm.NewHostBuffer(comm.Int32, 1), comm.Sum)
 	cancel()
 	var ce *comm.CanceledError
-	if err := w.Wait(bg); !errors.As(err, &ce) || !errors.Is(err, context.Canceled) || ce.Group != "g" || ce.Rank != 1 || ce.FP.Seq != 3 {
-		t.Fatalf("cancelled held op: %v, want a *CanceledError of group g, rank 1, seq 3 wrapping context.Canceled", err)
+	if err := w.Wait(bg); !errors.As(err, &ce) || !errors.Is(err, context.Canceled) || ce.Group != "g" || ce.Rank != 1 || ce.FP.Seq != 5 {
+		t.Fatalf("cancelled held op: %v, want a *CanceledError of group g, rank 1, seq 5 wrapping context.Canceled", err)
+	}
+	for i, w := range done {
+		if err := w.Err(); err != nil {
+			t.Errorf("op %d, completed before the cancel: %v", i+3, err)
+		}
 	}
 	if err := rec.AsyncError(); !errors.As(err, &ce) {
 		t.Fatalf("engine abort reason %v, want the *CanceledError (cancelling the op's ctx aborts the communicator)", err)

@@ -8,8 +8,9 @@
 //
 // A ProcessGroup method (AllReduce, Broadcast, ...) validates its input
 // with c10d's rules and wording, lowers the call to one *Op, and posts it
-// with a fresh *Promise to the group's Launcher — the communicator actor of
-// package actors — as one mailbox message; the caller gets the Promise's
+// with its *Promise (allocated in one block with the Op) to the group's
+// Launcher — the communicator actor of package actors — as one mailbox
+// message; the caller gets the Promise's
 // read-only *Work. The actor assigns the op the group's next sequence
 // number (Send and Recv, and batches made only of them, use a separate P2P
 // counter), records the Fingerprint {group, epoch, seq, op, dtype, count,
@@ -25,7 +26,7 @@
 // completed through it, as a context.Context cannot be cancelled through
 // it. Its producer side is the *Promise (NewPromise), as the cancel func
 // is the Context's: Complete, SetFingerprint, SetSeq, SetSource,
-// MarkStarted, SetDeadline, SetSpinWait, SetInline. The runtime, the
+// MarkStarted, SetDeadline, SetSpinWait, SetInline, SetOpContext. The runtime, the
 // communicator actor, the engines (Backend.Launch), the watchdog
 // (actors.Observer) and comm hooks hold Promises; no ProcessGroup method
 // returns one. A comm hook or a fake process group may create its own
@@ -64,5 +65,6 @@
 // p2p.go (Send/Recv/BatchP2P), coalesce.go (Coalesce), objects.go (byte-blob
 // collectives), processgroup_groups.go (NewGroup, Split), subgroups.go
 // (local-synchronization NewGroup, NewSubgroups, NewSubgroupsByEnumeration),
-// monitored_barrier.go (MonitoredBarrier).
+// monitored_barrier.go (MonitoredBarrier), work.go (Work, Promise),
+// ctxwatch.go (CtxWatch: the ops' contexts, one registration per ctx).
 package comm

@@ -93,6 +93,11 @@ type Op struct {
 	Timeout    time.Duration
 
 	one [1]Buffer // backing array of a single-buffer In (setIn), allocated with the Op
+
+	// promise is the unused Promise allocated with the Op by a
+	// ProcessGroup's lowering (newOp), for submit to take; nil for an Op
+	// built elsewhere.
+	promise *Promise
 }
 
 // SetIdentity stamps op's fingerprint, and its children's at every depth,

@@ -29,7 +29,7 @@ type Launcher interface {
 	// the launcher owns the op's deadline from it: op.Timeout, or ctx's
 	// deadline if that is earlier, and when ctx is cancelled before p
 	// completes, a *CanceledError and an abort of the communicator (see
-	// actors.Communicator.Submit and Promise.BindContext).
+	// actors.Communicator.Submit and CtxWatch).
 	Submit(ctx context.Context, op *Op, p *Promise)
 	// Abort aborts the communicator: in-flight and later ops fail with
 	// ErrAborted wrapping reason (ncclCommAbort). Idempotent.
@@ -342,7 +342,13 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 	if op.Timeout <= 0 {
 		op.Timeout = pg.Timeout()
 	}
-	p := NewPromise(op.Type)
+	p := op.promise
+	if p == nil {
+		p = NewPromise(op.Type)
+	} else {
+		op.promise = nil // taken: the Op now travels with it
+		p.init(op.Type)
+	}
 	w := p.Work()
 	if then != nil {
 		w.after = func() { then(w) }

@@ -18,11 +18,21 @@ import "context"
 // V-variants, AllToAll and P2P carry none. Every buffer's shape is checked
 // (product equal to its length, no negative dimension) before launch.
 
+// opBlock is the one allocation of an op a ProcessGroup method lowers:
+// the descriptor and the Promise that submit hands to the launcher with it
+// (a child of a coalesced op leaves its Promise unused).
+type opBlock struct {
+	op Op
+	p  Promise
+}
+
 func newOp(t OpType, dt DType, red RedOpType, count int, root int) *Op {
-	return &Op{
+	b := &opBlock{op: Op{
 		FP:   Fingerprint{Op: t, DType: dt, RedOp: red, Count: int64(count), Root: int32(root)},
 		Type: t, Root: root, Peer: -1,
-	}
+	}}
+	b.op.promise = &b.p
+	return &b.op
 }
 
 func (pg *ProcessGroup) run(ctx context.Context, t OpType, op *Op, err error, opts []OpOption) *Work {

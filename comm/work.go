@@ -2,7 +2,7 @@ package comm
 
 import (
 	"context"
-	"sync"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -14,23 +14,29 @@ import (
 // it. A Work completes exactly once. Safe for concurrent use.
 type Work struct {
 	op     OpType
+	state  atomic.Uint32 // workPending, workCompleting, workDone
 	seq    atomic.Uint64 // published after fp (SetFingerprint)
 	fp     Fingerprint   // the op's identity, written once before seq
 	source atomic.Int64  // sending rank of a Recv (AnySource resolves here)
-	done   chan struct{}
-	once   sync.Once
-	err    error
+	err    error         // written by the completing call before state becomes workDone
+	// done is the channel Done returns and a blocked Wait waits on,
+	// created only when one is needed before completion (most small ops
+	// complete before anyone blocks on them): nil until then; closedChan
+	// once the Work completed (complete swaps it in and closes what was
+	// there).
+	done atomic.Pointer[chan struct{}]
 
-	created   time.Time
-	started   atomic.Int64 // unix nanos
-	completed atomic.Int64 // unix nanos
+	// timestamps, in nanoseconds since clockBase (monotonic; 0: not yet)
+	created   int64
+	started   atomic.Int64
+	completed atomic.Int64
 
-	// blocking wait (SetDeadline): set once, before the Work is returned.
-	deadline  time.Time
-	onTimeout func(elapsed time.Duration) error
+	// blocking wait (SetDeadline), or nil: set once, before the Work is
+	// returned.
+	bw *blockingWait
 
 	// after, if set before the Work is handed out, runs once when it
-	// completes (ProcessGroup.submit: stop watching the op's ctx).
+	// completes (ProcessGroup.submitThen: BatchP2P's per-op Works).
 	after func()
 
 	// spin (SetSpinWait, nanoseconds): how long Wait polls before blocking.
@@ -42,32 +48,75 @@ type Work struct {
 	// by the engine at launch, which a waiter may already be waiting on.
 	inline atomic.Value
 	// opDone is the Done channel of the ctx given to the op's ProcessGroup
-	// method (nil: none), set before the Work is handed out: a Wait with
-	// that same ctx may run the op inline (see Wait).
+	// method (nil: none), set before the Work is handed out (SetOpContext):
+	// a Wait with that same ctx may run the op inline (see Wait).
 	opDone <-chan struct{}
+
+	// bound links the Work into its CtxWatch while its op's ctx is
+	// watched (ctxwatch.go).
+	bound ctxLink
 }
+
+// blockingWait is a Work's blocking-wait deadline (Promise.SetDeadline).
+type blockingWait struct {
+	deadline  time.Time
+	onTimeout func(elapsed time.Duration) error
+}
+
+// The states of Work.state: a Work is completed once, by the Complete
+// call that moves it from workPending to workCompleting; it is complete
+// (err readable, IsCompleted true) from workDone on.
+const (
+	workPending uint32 = iota
+	workCompleting
+	workDone
+)
+
+// closedChan is the Done channel of every Work that completed before
+// anyone asked for one.
+var closedChan = func() *chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return &c
+}()
+
+// clockBase anchors the Works' timestamps: they are read with one
+// monotonic clock read (time.Since) instead of time.Now's wall and
+// monotonic pair, and converted back to time.Time by Timings.
+var clockBase = time.Now()
+
+// now is the time since clockBase in nanoseconds, at least 1 (0 means
+// "not yet" in a Work's timestamps).
+func now() int64 { return max(int64(time.Since(clockBase)), 1) }
 
 // Promise is the producer side of a Work, as a cancel func is to its
 // Context: it completes the Work and records what the engine learns
 // (identity, start time, a Recv's source). It is held by the runtime, the
 // communicator actor, the engines, the watchdog and comm hooks, and never
 // returned by ProcessGroup methods, whose callers get the read-only Work.
-// The Work lives inside the Promise: a Promise costs the one allocation
-// (and done channel) that a Work alone did.
+// The Work lives inside the Promise, and a ProcessGroup op's Promise
+// lives in one allocation with its Op (newOp): a small op on the public
+// path allocates that block and nothing else.
 type Promise struct {
 	w Work
 }
 
 // NewPromise returns a Promise for an incomplete Work of op. The
-// communicator's caller (ProcessGroup) creates one per op and hands it to
-// the Launcher; engines and the watchdog complete it. A comm hook
-// (reducer.CommHook) or a fake process group written by a user may create
-// its own, return p.Work() and complete it when its result is ready, as a
-// torch comm hook returns a Future it fulfils.
+// ProcessGroup uses the one allocated with each op's descriptor; a comm
+// hook (reducer.CommHook) or a fake process group written by a user may
+// create its own, return p.Work() and complete it when its result is
+// ready, as a torch comm hook returns a Future it fulfils.
 func NewPromise(op OpType) *Promise {
-	p := &Promise{w: Work{op: op, done: make(chan struct{}), created: time.Now()}}
-	p.w.source.Store(-1)
+	p := new(Promise)
+	p.init(op)
 	return p
+}
+
+// init readies p, zero until now, for an incomplete Work of op.
+func (p *Promise) init(op OpType) {
+	p.w.op = op
+	p.w.created = now()
+	p.w.source.Store(-1)
 }
 
 // Work is the read-only handle of p's op, to hand to callers. It is the
@@ -124,38 +173,37 @@ func FailedWork(op OpType, err error) *Work {
 // op keeps its place in the launch order and its supervision (watchdog
 // deadline, flight recorder, events).
 func (w *Work) Wait(ctx context.Context) error {
-	select {
-	case <-w.done:
+	if w.IsCompleted() {
 		return w.err
-	default:
 	}
-	if s, ok := w.inline.Load().(InlineStream); ok && w.onTimeout == nil && w.inlineWait(ctx) && s.RunInline(w) {
-		<-w.done
+	if s, ok := w.inline.Load().(InlineStream); ok && w.bw == nil && w.inlineWait(ctx) && s.RunInline(w) {
+		w.awaitDone() // RunInline returns once the Work is complete
 		return w.err
 	}
 	if d := time.Duration(w.spin.Load()); d > 0 && w.spinUntilDone(d) {
 		return w.err
 	}
 	var expired <-chan time.Time
-	if w.onTimeout != nil {
-		t := time.NewTimer(time.Until(w.deadline))
+	if w.bw != nil {
+		t := time.NewTimer(time.Until(w.bw.deadline))
 		defer t.Stop()
 		expired = t.C
 	}
 	select {
-	case <-w.done:
+	case <-w.Done():
 		return w.err
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-expired:
-		select {
-		case <-w.done:
+		if w.IsCompleted() {
 			return w.err
-		default:
 		}
-		return w.onTimeout(time.Since(w.created))
+		return w.bw.onTimeout(w.since())
 	}
 }
+
+// since is the time since the Work was created.
+func (w *Work) since() time.Duration { return time.Duration(now() - w.created) }
 
 // inlineWait reports whether a Wait with ctx may run the op inline: ctx
 // cannot end the wait before the op ends.
@@ -177,7 +225,7 @@ func (w *Work) inlineWait(ctx context.Context) bool {
 // stays under the watchdog. Call it before the Work is handed to the caller
 // (the runtime does so at submission when RANKTREE_BLOCKING_WAIT is set).
 func (p *Promise) SetDeadline(deadline time.Time, onTimeout func(elapsed time.Duration) error) {
-	p.w.deadline, p.w.onTimeout = deadline, onTimeout
+	p.w.bw = &blockingWait{deadline: deadline, onTimeout: onTimeout}
 }
 
 // SetSpinWait makes Work.Wait poll the Work's completion for up to d before
@@ -208,18 +256,22 @@ func (w *Work) spinUntilDone(d time.Duration) bool {
 	}
 }
 
-// Done is closed when the Work completes.
-func (w *Work) Done() <-chan struct{} { return w.done }
+// Done is closed when the Work completes. The channel is made on the
+// first call before completion (a Work nobody blocks on has none).
+func (w *Work) Done() <-chan struct{} {
+	if c := w.done.Load(); c != nil {
+		return *c
+	}
+	c := make(chan struct{})
+	if w.done.CompareAndSwap(nil, &c) {
+		return c
+	}
+	// Completed meanwhile (closedChan), or another caller's channel.
+	return *w.done.Load()
+}
 
 // IsCompleted reports whether the Work has completed (c10d is_completed).
-func (w *Work) IsCompleted() bool {
-	select {
-	case <-w.done:
-		return true
-	default:
-		return false
-	}
-}
+func (w *Work) IsCompleted() bool { return w.state.Load() == workDone }
 
 // IsSuccess reports whether the Work completed without error (c10d
 // is_success); false while it is in flight.
@@ -228,12 +280,10 @@ func (w *Work) IsSuccess() bool { return w.IsCompleted() && w.err == nil }
 // Err is the Work's error once it completed; nil while it is in flight or
 // if it succeeded.
 func (w *Work) Err() error {
-	select {
-	case <-w.done:
+	if w.IsCompleted() {
 		return w.err
-	default:
-		return nil
 	}
+	return nil
 }
 
 // Seq is the op's sequence number in its group (the P2P sequence for
@@ -278,71 +328,67 @@ func (p *Promise) SetSource(rank int) { p.w.source.Store(int64(rank)) }
 
 // MarkStarted records the time the engine began the op; called by engines.
 // Only the first call has an effect.
-func (p *Promise) MarkStarted() { p.w.started.CompareAndSwap(0, time.Now().UnixNano()) }
+func (p *Promise) MarkStarted() {
+	if p.w.started.Load() == 0 {
+		p.w.started.CompareAndSwap(0, now())
+	}
+}
 
 // Complete finishes p's Work with err (nil for success) and wakes its
 // waiters. Only the first call has an effect; it returns whether this call
 // completed the Work. Called by engines, the communicator actor (also for
 // a cancelled ctx), the watchdog and comm hooks.
-func (p *Promise) Complete(err error) bool { return p.w.complete(err) }
+func (p *Promise) Complete(err error) bool { return p.complete(err) }
 
-// BindContext ties p's Work to ctx, the ctx given to the op's
-// ProcessGroup method: when ctx is done before the Work completes,
-// onDone runs once (on a goroutine of its own; it typically aborts the
-// communicator and completes p with a *CanceledError), and Work.Wait with
-// that same ctx may run the op inline (see Work.Wait). Completing the Work
-// unregisters onDone (onDone must itself check Work.IsCompleted: a
-// completion racing with BindContext may leave it registered until ctx
-// ends). Call it at most once, before the Work can complete
-// (the launcher does so in Submit); a nil ctx or one that is never done
-// binds nothing.
-func (p *Promise) BindContext(ctx context.Context, onDone func()) {
-	if ctx == nil || ctx.Done() == nil {
-		return
+// SetOpContext records ctx, the ctx given to the op's ProcessGroup method,
+// as the one whose Wait may run the op inline (see Work.Wait): its
+// cancellation fails the op (the launcher binds it, CtxWatch), so a Wait
+// with it cannot end before the op does. Call it before the Work is handed
+// out; a nil ctx or one that is never done records nothing.
+func (p *Promise) SetOpContext(ctx context.Context) {
+	if ctx != nil {
+		p.w.opDone = ctx.Done()
 	}
-	w := &p.w
-	w.opDone = ctx.Done()
-	// w.after is set before the AfterFunc exists, so that an onDone
-	// racing with this call never reads it while it is written; a
-	// completion that comes before stop is stored leaves the AfterFunc to
-	// find the Work completed.
-	var stop atomic.Pointer[func() bool]
-	then := w.after
-	w.after = func() {
-		if s := stop.Load(); s != nil {
-			(*s)()
-		}
-		if then != nil {
-			then()
-		}
-	}
-	s := context.AfterFunc(ctx, onDone)
-	stop.Store(&s)
 }
 
 // complete is Promise.Complete.
-func (w *Work) complete(err error) bool {
-	first := false
-	w.once.Do(func() {
-		w.err = err
-		w.completed.Store(time.Now().UnixNano())
-		close(w.done)
-		first = true
-		if w.after != nil {
-			w.after()
-		}
-	})
-	return first
+func (p *Promise) complete(err error) bool {
+	w := &p.w
+	if !w.state.CompareAndSwap(workPending, workCompleting) {
+		w.awaitDone() // as sync.Once: a losing call returns once the Work is complete
+		return false
+	}
+	w.err = err
+	w.completed.Store(now())
+	w.state.Store(workDone)
+	if c := w.done.Swap(closedChan); c != nil && c != closedChan {
+		close(*c)
+	}
+	if w.after != nil {
+		w.after()
+	}
+	if cw := w.bound.watch.Load(); cw != nil {
+		cw.unbind(p)
+	}
+	return true
+}
+
+// awaitDone waits for a completion already under way (a Complete call
+// between its two state changes) to finish; it never waits for the op.
+func (w *Work) awaitDone() {
+	for w.state.Load() != workDone {
+		runtime.Gosched()
+	}
 }
 
 // Timings returns the Work's timestamps.
 func (w *Work) Timings() Timings {
-	t := Timings{Created: w.created}
+	t := Timings{Created: clockBase.Add(time.Duration(w.created))}
 	if s := w.started.Load(); s != 0 {
-		t.Started = time.Unix(0, s)
+		t.Started = clockBase.Add(time.Duration(s))
 	}
 	if c := w.completed.Load(); c != 0 {
-		t.Completed = time.Unix(0, c)
+		t.Completed = clockBase.Add(time.Duration(c))
 	}
 	return t
 }
