@@ -1,28 +1,38 @@
 // Package actors holds ranktree's protoactor-go actors: the communicator
 // actor (communicator.go; one per process group × device, it owns the
-// group's engine, assigns sequence numbers and launches ops in mailbox
-// order) and the event publisher (publisher.go; work and communicator
+// group's engine, assigns sequence numbers and launches ops in the order
+// of its launch queue) and the event publisher (publisher.go; work and communicator
 // events on NATS, schema in event.go).
 //
 // The communicator's duties towards its callers (comm.ProcessGroup):
 //
 //  1. Submit never blocks on communication; errors complete the Work.
-//  2. Ops get sequence numbers in mailbox order: the collective counter, or
+//  2. Ops get sequence numbers in launch order: the collective counter, or
 //     the P2P counter for Send/Recv and all-P2P batches (comm.UsesP2PSeq).
+//     The launch order is the order in which Submits enter the group's
+//     launch queue (launchQueue): the Submit that finds the queue idle
+//     launches on its own goroutine, one op at a time, every op queued
+//     meanwhile included, so a small op costs no hand-off to the actor.
 //  3. The Observer sees each op after its fingerprint is complete and
 //     before Backend.Launch (watchdog deadlines, flight recorder, events).
 //  4. Abort goes straight to the engine; Close gives the last op
-//     CloseGrace, drains the mailbox, stops the actor and closes the
-//     engine, bounded by CloseBound and its ctx (communicator_life.go).
-//  5. A panic while the actor handles an op fails that op's Work with an
-//     *comm.EngineError naming the panic, then reaches the actor's
+//     CloseGrace, drains the launch queue and the mailbox, stops the actor
+//     and closes the engine, bounded by CloseBound and its ctx
+//     (communicator_life.go).
+//  5. A panic while the communicator launches an op fails that op's Work
+//     with an *comm.EngineError naming the panic, then reaches the actor's
 //     supervisor (CommunicatorConfig.Parent) as a *Panic, whose policy
-//     decides what follows (supervisor.Root: restart or escalate). The
-//     panic is also the communicator's AsyncError, which the watchdog
-//     polls (CommunicatorConfig.Supervise).
-//  6. Supervision is the communicator's own: with BlockingWait every Work
-//     gets its deadline, and a communicator replaced by a restart
-//     (Retire) fails later ops with comm.ErrAborted.
+//     decides what follows (supervisor.Root: restart or escalate): a
+//     launch on a Submit's goroutine hands the panic to the actor, which
+//     raises it, and from then on every launch goes through the actor's
+//     mailbox, behind it. The panic is also the communicator's AsyncError,
+//     which the watchdog polls (CommunicatorConfig.Supervise).
+//  6. Supervision is the communicator's own: the op's deadline (op
+//     timeout, or an earlier ctx deadline) goes to the Observer, a
+//     cancelled ctx aborts the group and fails its in-flight ops
+//     (comm.CtxWatch), with BlockingWait every Work gets its deadline, and
+//     a communicator replaced by a restart (Retire) fails later ops with
+//     comm.ErrAborted.
 package actors
 
 import (
@@ -40,9 +50,10 @@ import (
 	"github.com/ranktree/ranktree/comm"
 )
 
-// Observer is told about every op the communicator actor schedules, on the
-// actor's goroutine, after the op's sequence number and fingerprint are set
-// and before Backend.Launch. The watchdog (deadline registration), the
+// Observer is told about every op the communicator schedules, after the
+// op's sequence number and fingerprint are set and before Backend.Launch,
+// one op at a time in launch order, on the goroutine that launches it (a
+// Submit's, or the actor's). The watchdog (deadline registration), the
 // flight recorder ("scheduled" entries) and the event publisher implement
 // it. Scheduled must return quickly and must not block on the op's Work;
 // it may watch p.Work().Done() from another goroutine, and complete p (the
@@ -81,12 +92,14 @@ type CommunicatorConfig struct {
 	// Log is the logger, already carrying rank fields.
 	Log zerolog.Logger
 	// Dispatcher runs the actor's mailbox loop. nil selects protoactor's
-	// synchronized dispatcher: a Submit that finds the actor idle runs the
-	// loop on the caller's goroutine (draining every queued message, still
-	// one at a time in mailbox order), which saves the goroutine hand-off
-	// per op and keeps launch overhead near 1 µs. This is safe because
-	// Backend.Launch and Observer.Scheduled never block. Pass
-	// actor.NewDefaultDispatcher(300) to run the loop on its own goroutine.
+	// synchronized dispatcher (the loop runs on the goroutine that posts
+	// to an idle actor) and launches ops on the Submit's goroutine
+	// through the launch queue (duty 2), with no mailbox message per op;
+	// the mailbox then carries only control messages (Close's drain, a
+	// panic to raise) and, after a panic, every launch. A non-nil
+	// Dispatcher sends every launch through the mailbox on it, as one
+	// message per op (actor.NewDefaultDispatcher(300): the loop runs on a
+	// goroutine of its own, a hand-off per op).
 	Dispatcher actor.Dispatcher
 	// Parent spawns the actor and supervises it: a panic while the actor
 	// handles an op reaches Parent's supervisor strategy (after the op's
@@ -129,7 +142,7 @@ type CommunicatorConfig struct {
 }
 
 // Panic is the reason a communicator actor hands its supervisor when it
-// panics while handling an op (the supervisor's HandleFailure sees it as
+// panics while launching an op (the supervisor's HandleFailure sees it as
 // reason): which communicator and op, the panic value and the stack.
 type Panic struct {
 	Group string
@@ -147,9 +160,10 @@ func (p *Panic) Error() string {
 // Communicator is the communicator actor of one process group on one
 // device (c10d: the ProcessGroupNCCL object with its work queue). It owns
 // the group's engine and its sequence counters. ProcessGroup methods reach
-// it through Submit, one mailbox message per op; the actor handles messages
-// one at a time in mailbox order, so the order ops reach the mailbox is the
-// order they get sequence numbers and are launched on the engine.
+// it through Submit; ops are launched one at a time in the order they
+// enter its launch queue, which is the order they get sequence numbers and
+// reach the engine. The actor (protoactor) is its supervised identity: it
+// raises a launch's panic to the supervisor, and carries Close's drain.
 //
 // It implements comm.Launcher. Safe for concurrent use.
 type Communicator struct {
@@ -161,6 +175,7 @@ type Communicator struct {
 	cfg     CommunicatorConfig
 	log     zerolog.Logger
 	state   *commActor
+	lq      launchQueue
 
 	// retired is set when a restart replaces this communicator: later
 	// Submits fail with it (Retire).
@@ -170,7 +185,9 @@ type Communicator struct {
 
 	// closed and senders make Close wait for Submits already past their
 	// closed check (a Dekker-style handshake on sequentially consistent
-	// atomics), so no launch can reach the mailbox after the stop message.
+	// atomics), so no launch can start after Close drained: a Submit
+	// counts as a sender until it has queued its op, or, if it found the
+	// launch queue idle, until it has launched every op queued meanwhile.
 	closed   atomic.Bool
 	senders  atomic.Int64
 	stopOnce sync.Once
@@ -180,23 +197,43 @@ type Communicator struct {
 	closeErr  error
 }
 
-// launchMsg is the one message per op. Messages are pooled: the actor
+// launchQueue orders a group's launches: the per-group ticket that
+// replaces a mailbox message per op. The Submit that finds it idle
+// (busy false) becomes its runner and launches its own op and then
+// every op queued meanwhile by other Submits, in order, on its own
+// goroutine; viaActor sends every launch to the actor's mailbox instead
+// (a non-nil Dispatcher, or after a launch panicked).
+type launchQueue struct {
+	mu       sync.Mutex
+	pending  []launchMsg // FIFO; the array is reused
+	busy     bool
+	viaActor bool
+}
+
+// launchMsg is one op to launch, with the ctx given to its ProcessGroup
+// method. Through the mailbox it travels as a pooled *launchMsg: the actor
 // returns one after a launch that returned normally (a panicking launch
 // leaves its message to the supervisor's failure report and the GC).
 type launchMsg struct {
-	ctx context.Context // the ctx given to the op's ProcessGroup method
+	ctx context.Context
 	op  *comm.Op
 	p   *comm.Promise
 }
 
 var launchMsgs = sync.Pool{New: func() any { return new(launchMsg) }}
 
+// panicMsg hands the actor the panic of a launch that ran on a Submit's
+// goroutine: the actor raises it, so that it reaches its supervisor as a
+// launch's panic in the actor always has.
+type panicMsg struct{ p *Panic }
+
 // stopMsg drains the mailbox: the actor closes done when it reaches it,
 // after every launch posted before Close.
 type stopMsg struct{ done chan struct{} }
 
-// commActor is the actor's state. Only the actor goroutine writes it; the
-// counters are atomics so that LastSeq/LastP2PSeq may read them anywhere.
+// commActor is the communicator's launch state. Only the launch queue's
+// runner, or the actor, writes it, one launch at a time; the counters are
+// atomics so that LastSeq/LastP2PSeq may read them anywhere.
 type commActor struct {
 	backend  comm.Backend
 	group    string
@@ -242,6 +279,7 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 		disp = actor.NewSynchronizedDispatcher(300)
 	}
 	c := &Communicator{system: system, backend: backend, group: cfg.Group, epoch: cfg.Epoch, cfg: cfg, log: log, state: st}
+	c.lq.viaActor = cfg.Dispatcher != nil
 	st.ctxw = comm.NewCtxWatch(c.ctxDone)
 	if cfg.Supervise != nil {
 		st.observer = cfg.Supervise(c)
@@ -254,13 +292,16 @@ func NewCommunicator(system *actor.ActorSystem, backend comm.Backend, cfg Commun
 	return c, nil
 }
 
-// Submit posts op to the actor's mailbox (comm.Launcher). After Close, or
-// once the actor's supervisor has stopped it, p fails with comm.ErrClosed;
-// once Retire was called, with the retirement's *comm.AbortedError. The
-// communicator owns the op's deadline: op.Timeout, or ctx's deadline if
-// that is earlier, and a cancelled ctx aborts it and fails p with a
-// *comm.CanceledError (applyContext, ctxDone); with BlockingWait, p's Work gets
-// that deadline too. ctx may be nil (no bound but the timeout).
+// Submit launches op (comm.Launcher): on the calling goroutine if the
+// group's launch queue is idle, else after the ops queued before it, on
+// the goroutine launching those (or through the actor's mailbox, see
+// CommunicatorConfig.Dispatcher). After Close, or once the actor's
+// supervisor has stopped it, p fails with comm.ErrClosed; once Retire was
+// called, with the retirement's *comm.AbortedError. The communicator owns
+// the op's deadline: op.Timeout, or ctx's deadline if that is earlier, and
+// a cancelled ctx aborts it and fails p with a *comm.CanceledError
+// (applyContext, ctxDone); with BlockingWait, p's Work gets that deadline
+// too. ctx may be nil (no bound but the timeout).
 func (c *Communicator) Submit(ctx context.Context, op *comm.Op, p *comm.Promise) {
 	if e := c.retired.Load(); e != nil {
 		p.Complete(e)
@@ -282,22 +323,83 @@ func (c *Communicator) Submit(ctx context.Context, op *comm.Op, p *comm.Promise)
 		p.Complete(fmt.Errorf("%w: the communicator actor of group %q was stopped by its supervisor (%v)", comm.ErrClosed, c.group, op.Type))
 		return
 	}
-	m := launchMsgs.Get().(*launchMsg)
-	m.ctx, m.op, m.p = ctx, op, p
-	c.system.Root.Send(c.pid, m)
+	c.enqueue(launchMsg{ctx: ctx, op: op, p: p})
 	c.senders.Add(-1)
+}
+
+// enqueue takes m into the launch queue: it launches m and whatever is
+// queued meanwhile if the queue is idle, queues m behind the runner
+// otherwise, or posts it to the actor.
+func (c *Communicator) enqueue(m launchMsg) {
+	q := &c.lq
+	q.mu.Lock()
+	switch {
+	case q.viaActor:
+		q.mu.Unlock()
+		c.post(m)
+		return
+	case q.busy:
+		q.pending = append(q.pending, m)
+		q.mu.Unlock()
+		return
+	}
+	q.busy = true
+	q.mu.Unlock()
+	for {
+		if pan := c.state.launch(m.op, m.p); pan != nil {
+			c.handOver(pan)
+			return
+		}
+		c.state.ctxw.Bind(m.ctx, m.p)
+		q.mu.Lock()
+		if len(q.pending) == 0 {
+			q.busy = false
+			q.mu.Unlock()
+			return
+		}
+		m = q.pending[0]
+		k := copy(q.pending, q.pending[1:])
+		q.pending[k] = launchMsg{}
+		q.pending = q.pending[:k]
+		q.mu.Unlock()
+	}
+}
+
+// post sends m to the actor's mailbox as a pooled message.
+func (c *Communicator) post(m launchMsg) {
+	pm := launchMsgs.Get().(*launchMsg)
+	*pm = m
+	c.system.Root.Send(c.pid, pm)
+}
+
+// handOver gives the actor a launch's panic (duty 5) and makes the
+// mailbox the launch path from now on: the panic, then the ops queued
+// behind the panicking one, then every later Submit's, in order (the
+// queue's lock is held until they are posted, so no later op overtakes
+// them).
+func (c *Communicator) handOver(pan *Panic) {
+	q := &c.lq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.viaActor, q.busy = true, false
+	c.system.Root.Send(c.pid, &panicMsg{p: pan})
+	for i, m := range q.pending {
+		c.post(m)
+		q.pending[i] = launchMsg{}
+	}
+	q.pending = nil
 }
 
 // Abort aborts the engine: in-flight and later ops fail with an error
 // wrapping comm.ErrAborted and reason (comm.Launcher). Called directly, not
-// through the mailbox, so it is not stuck behind queued launches.
+// through the launch queue, so it is not stuck behind queued launches.
 func (c *Communicator) Abort(reason error) {
 	c.log.Warn().AnErr("reason", reason).Msg("aborting communicator")
 	c.backend.Abort(reason)
 }
 
 // Close gives the last submitted op CloseGrace to finish, then stops
-// accepting ops, lets the actor launch every op already in its mailbox,
+// accepting ops, launches every op already queued (launch queue, mailbox),
 // stops the actor and closes the backend (whose in-flight ops fail with
 // ErrClosed), within CloseBound, and runs OnClosed. If ctx ends first the
 // engine is aborted and closed anyway and ctx's error is returned.
@@ -307,8 +409,8 @@ func (c *Communicator) Close(ctx context.Context) error {
 	return c.CloseBy(ctx, time.Now().Add(c.cfg.CloseGrace))
 }
 
-// stop is Close after the grace period: drain the mailbox, stop the actor,
-// stop watching the ops' ctxs, close the engine.
+// stop is Close after the grace period: drain the launch queue and the
+// mailbox, stop the actor, stop watching the ops' ctxs, close the engine.
 func (c *Communicator) stop(ctx context.Context) error {
 	c.stopOnce.Do(func() {
 		c.closed.Store(true)
@@ -329,7 +431,8 @@ func (c *Communicator) stop(ctx context.Context) error {
 	return c.stopErr
 }
 
-// drain waits until no Submit is in progress and the actor has handled
+// drain waits until no Submit is in progress (a Submit that runs the
+// launch queue counts until the queue is empty) and the actor has handled
 // every message posted before the stop message, or ctx ends.
 func (c *Communicator) drain(ctx context.Context) error {
 	for c.senders.Load() > 0 {
@@ -403,10 +506,14 @@ func (c *Communicator) Stopped() bool { return c.state.stopped.Load() }
 func (a *commActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *launchMsg:
-		a.launch(m.op, m.p)
+		if pan := a.launch(m.op, m.p); pan != nil {
+			panic(pan) // to the actor's supervisor (duty 5)
+		}
 		a.ctxw.Bind(m.ctx, m.p)
 		*m = launchMsg{}
 		launchMsgs.Put(m)
+	case *panicMsg:
+		panic(m.p) // a launch's panic on a Submit's goroutine (handOver)
 	case *stopMsg:
 		close(m.done)
 	case *actor.Stopped:
@@ -416,26 +523,17 @@ func (a *commActor) Receive(ctx actor.Context) {
 
 // launch assigns the sequence number, completes the fingerprint, tells the
 // observer and launches on the engine. A panic on the way (engine or
-// observer) fails the op's Work with an *EngineError naming it, then goes
-// on to the actor's supervisor as a *Panic (see CommunicatorConfig.Parent).
-func (a *commActor) launch(op *comm.Op, pr *comm.Promise) {
+// observer) fails the op's Work with an *EngineError naming it and is
+// returned as a *Panic, for the actor's supervisor (see
+// CommunicatorConfig.Parent); nil otherwise.
+func (a *commActor) launch(op *comm.Op, pr *comm.Promise) (pan *Panic) {
 	if a.dead.Load() {
 		pr.Complete(fmt.Errorf("%w: communicator of group %q was closed while its engine was stuck (%v)", comm.ErrClosed, a.group, op.Type))
-		return
+		return nil
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			p := &Panic{Group: a.group, Epoch: a.epoch, FP: op.FP, Value: r, Stack: debug.Stack()}
-			ee := &comm.EngineError{Engine: a.backend.Name(), Rank: a.backend.Rank(), FP: op.FP,
-				Msg: fmt.Sprintf("panic in the communicator actor: %v", r)}
-			a.panicErr.CompareAndSwap(nil, ee)
-			a.log.Error().Interface("panic", r).Str("op", op.FP.String()).Bytes("stack", p.Stack).
-				Msg("communicator actor panicked; failing the op and handing the panic to the supervisor")
-			if a.onPanic != nil {
-				a.onPanic(p)
-			}
-			pr.Complete(ee)
-			panic(p)
+			pan = a.panicked(op, pr, r)
 		}
 	}()
 	var seq uint64
@@ -450,6 +548,24 @@ func (a *commActor) launch(op *comm.Op, pr *comm.Promise) {
 		a.observer.Scheduled(op, pr)
 	}
 	a.backend.Launch(op, pr)
+	return nil
+}
+
+// panicked records a launch's panic r: the communicator's PanicErr, the
+// log, OnPanic, and the op's Work failed with an *EngineError; it returns
+// the *Panic for the supervisor.
+func (a *commActor) panicked(op *comm.Op, pr *comm.Promise, r any) *Panic {
+	p := &Panic{Group: a.group, Epoch: a.epoch, FP: op.FP, Value: r, Stack: debug.Stack()}
+	ee := &comm.EngineError{Engine: a.backend.Name(), Rank: a.backend.Rank(), FP: op.FP,
+		Msg: fmt.Sprintf("panic in the communicator actor: %v", r)}
+	a.panicErr.CompareAndSwap(nil, ee)
+	a.log.Error().Interface("panic", r).Str("op", op.FP.String()).Bytes("stack", p.Stack).
+		Msg("communicator actor panicked; failing the op and handing the panic to the supervisor")
+	if a.onPanic != nil {
+		a.onPanic(p)
+	}
+	pr.Complete(ee)
+	return p
 }
 
 var _ comm.Launcher = (*Communicator)(nil)

@@ -201,3 +201,70 @@ func TestNewCommunicatorStoppedParent(t *testing.T) {
 		t.Errorf("stopped parent: %v (backend closed: %v), want ErrClosed and the backend left open", err, rec.Closed())
 	}
 }
+
+// TestPanicHandsOverQueuedLaunches: callers on many goroutines submit
+// while a launch on one of their goroutines panics (duty 5). The panic
+// reaches the parent once; the op that panicked fails with an
+// *EngineError; every other op, including those queued behind it and
+// those submitted later (now through the actor's mailbox), is launched
+// once, in seq order, and succeeds after the parent's restart.
+func TestPanicHandsOverQueuedLaunches(t *testing.T) {
+	sys := testrank.QuietSystem()
+	strat := &failures{}
+	par := newParent(sys, strat)
+	const callers, per, bad = 6, 100, 150
+	c, err := actors.NewCommunicator(sys, panicking(bad), actors.CommunicatorConfig{Group: "g", Parent: par, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := comm.NewProcessGroup(comm.GroupConfig{Name: "g", Rank: 0, Size: 2, Launcher: c, Engine: "recorder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Destroy(context.Background())
+	ctx := context.Background()
+	works := make([][]*comm.Work, callers)
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range per {
+				works[g] = append(works[g], pg.AllReduce(ctx, comm.NewHostBuffer(comm.Int32, 1), comm.Sum))
+			}
+		}()
+	}
+	wg.Wait()
+	seqs := map[uint64]bool{}
+	for _, ws := range works {
+		for _, w := range ws {
+			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := w.Wait(wctx)
+			cancel()
+			var ee *comm.EngineError
+			switch {
+			case w.Seq() == bad && !errors.As(err, &ee):
+				t.Fatalf("the panicking op (seq %d): %v, want an *EngineError", bad, err)
+			case w.Seq() != bad && err != nil:
+				t.Fatalf("op seq %d: %v", w.Seq(), err)
+			}
+			if seqs[w.Seq()] {
+				t.Fatalf("seq %d given twice", w.Seq())
+			}
+			seqs[w.Seq()] = true
+		}
+	}
+	waitFor(t, "the parent's strategy", func() bool { return len(strat.seen()) == 1 })
+	if p, ok := strat.seen()[0].(*actors.Panic); !ok || p.FP.Seq != bad {
+		t.Fatalf("parent saw %#v, want the *Panic of seq %d", strat.seen()[0], bad)
+	}
+	rec := c.Backend().(*testrank.Recorder)
+	for i, op := range rec.Ops() {
+		if op.FP.Seq != uint64(i+1) {
+			t.Fatalf("launch %d has seq %d: launch order broken", i+1, op.FP.Seq)
+		}
+	}
+	if n := len(rec.Ops()); n != callers*per {
+		t.Fatalf("%d launches, want %d", n, callers*per)
+	}
+}

@@ -7,15 +7,15 @@
 // # One op, end to end
 //
 // A ProcessGroup method (AllReduce, Broadcast, ...) validates its input
-// with c10d's rules and wording, lowers the call to one *Op, and posts it
+// with c10d's rules and wording, lowers the call to one *Op, and submits it
 // with its *Promise (allocated in one block with the Op) to the group's
-// Launcher — the communicator actor of package actors — as one mailbox
-// message; the caller gets the Promise's
-// read-only *Work. The actor assigns the op the group's next sequence
-// number (Send and Recv, and batches made only of them, use a separate P2P
-// counter), records the Fingerprint {group, epoch, seq, op, dtype, count,
-// root, shape} on the Promise, tells its Observer (watchdog, flight
-// recorder, event publisher) and calls Backend.Launch, in mailbox order.
+// Launcher — the communicator actor of package actors; the caller gets the
+// Promise's read-only *Work. The communicator assigns the op the group's
+// next sequence number (Send and Recv, and batches made only of them, use
+// a separate P2P counter), records the Fingerprint {group, epoch, seq, op,
+// dtype, count, root, shape} on the Promise, tells its Observer (watchdog,
+// flight recorder, event publisher) and calls Backend.Launch, in the order
+// of its launch queue, on the calling goroutine when the queue is idle.
 // The engine completes the Promise, or the watchdog fails it at its
 // deadline.
 //

@@ -18,10 +18,11 @@ const DefaultTimeout = 10 * time.Minute
 
 // Launcher takes an op descriptor and the Promise of its Work to the
 // group's engine. The communicator actor (actors.Communicator) implements
-// it: Submit posts one message to the actor's mailbox, the actor assigns
-// the sequence number (collective or P2P), completes the fingerprint
-// (group hash, epoch, seq) and calls Backend.Launch in mailbox order. Submit never blocks on
-// communication and never fails synchronously: errors complete p.
+// it: Submit enters the group's launch queue, which assigns the sequence
+// number (collective or P2P), completes the fingerprint (group hash,
+// epoch, seq) and calls Backend.Launch in queue order, on the submitting
+// goroutine when the queue is idle. Submit never blocks on communication
+// and never fails synchronously: errors complete p.
 type Launcher interface {
 	// Submit schedules op; the launcher completes p (itself or through the
 	// engine) exactly once. Submit after Close fails p with ErrClosed.
@@ -34,8 +35,8 @@ type Launcher interface {
 	// Abort aborts the communicator: in-flight and later ops fail with
 	// ErrAborted wrapping reason (ncclCommAbort). Idempotent.
 	Abort(reason error)
-	// Close stops the launcher and closes its engine, waiting for the
-	// mailbox to drain or ctx to end. Idempotent.
+	// Close stops the launcher and closes its engine, waiting for the ops
+	// already submitted to be launched or ctx to end. Idempotent.
 	Close(ctx context.Context) error
 }
 
@@ -150,7 +151,7 @@ func (c *GroupConfig) validate() error {
 // ProcessGroup is a set of ranks that run collectives together: c10d's
 // ProcessGroup. Every method is safe for concurrent use, but collectives of
 // one group must be issued in the same order on every member (their
-// mailbox order is their launch order and defines their sequence numbers).
+// launch order defines their sequence numbers).
 // Ranks passed as roots and peers are group ranks; GlobalRank and GroupRank
 // convert.
 type ProcessGroup struct {
