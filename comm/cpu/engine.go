@@ -42,6 +42,7 @@ type Engine struct {
 	qmu     sync.Mutex
 	queue   []task
 	running bool           // an op of the stream is executing (progress or a waiter); under qmu
+	parked  bool           // the progress goroutine waits on qwake; under qmu
 	inline  sync.WaitGroup // waiters running an op inline (RunInline); Close waits for them
 	qwake   chan struct{}  // cap 1
 
@@ -175,7 +176,23 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	pr.SetInline(e)
 	e.qmu.Lock()
 	e.queue = append(e.queue, task{op, pr})
+	// Whoever runs the stream's current op takes this one next (progress
+	// loops, an inline runner hands over), and a progress goroutine that
+	// is not parked finds it: only a parked one on an idle stream needs
+	// the wake-up.
+	wake := e.parked && !e.running
+	if wake {
+		e.parked = false
+	}
 	e.qmu.Unlock()
+	if wake {
+		e.wake()
+	}
+}
+
+// wake wakes the progress goroutine (a token that it is parked, or about
+// to park, on).
+func (e *Engine) wake() {
 	select {
 	case e.qwake <- struct{}{}:
 	default:
@@ -203,13 +220,13 @@ func (e *Engine) RunInline(w *comm.Work) bool {
 	t.p.Complete(e.run(t.op, t.p))
 	e.qmu.Lock()
 	e.running = false
-	more := len(e.queue) > 0
+	wake := len(e.queue) > 0 && e.parked // the ops launched meanwhile go on in the background
+	if wake {
+		e.parked = false
+	}
 	e.qmu.Unlock()
-	if more { // the progress goroutine waits for the stream to be idle
-		select {
-		case e.qwake <- struct{}{}:
-		default:
-		}
+	if wake {
+		e.wake()
 	}
 	return true
 }
@@ -339,40 +356,52 @@ func (e *Engine) stopped() error {
 }
 
 // queueSpin is how many times the progress goroutine re-checks an empty
-// queue (yielding in between) before it parks: a back-to-back launch then
-// skips a goroutine wake-up, which dominates small-op latency over shm.
+// queue (yielding in between) after it ran an op, before it parks: a
+// back-to-back launch of async ops then skips a goroutine wake-up, which
+// dominates small-op latency over shm. It does not spin when a waiter has
+// claimed the stream (RunInline): the waiter hands over when it is done,
+// and a spinning progress goroutine would only take turns with it on a
+// single P (rankrunner's GOMAXPROCS=1).
 const queueSpin = 50
 
-// next blocks for the next queued task; ok is false once stopped.
-func (e *Engine) next() (task, bool) {
+// next blocks for the next queued task; ok is false once stopped. spin
+// says whether to re-check an empty queue for a while before parking
+// (after the progress goroutine ran an op itself).
+func (e *Engine) next(spin bool) (task, bool) {
 	for i := 0; ; i++ {
 		e.qmu.Lock()
+		e.parked = false
 		if len(e.queue) > 0 && !e.running {
 			t := e.pop()
 			e.running = true
 			e.qmu.Unlock()
 			return t, true
 		}
-		e.qmu.Unlock()
 		if e.ctl.Stopped.Load() {
+			e.qmu.Unlock()
 			return task{}, false
 		}
-		if i < queueSpin && e.mesh.Spin {
+		if spin && !e.running && i < queueSpin && e.mesh.Spin {
+			e.qmu.Unlock()
 			runtime.Gosched()
 			continue
 		}
+		e.parked = true
+		e.qmu.Unlock()
 		select {
 		case <-e.qwake:
 		case <-e.ctl.Stop:
 		}
+		spin = false // woken: take what is there, or park again
 	}
 }
 
 // progress is the engine's stream: it runs queued ops one at a time.
 func (e *Engine) progress() {
 	defer close(e.done)
+	ran := false
 	for {
-		t, ok := e.next()
+		t, ok := e.next(ran)
 		if !ok {
 			// Fail whatever raced in after the stop.
 			e.qmu.Lock()
@@ -385,6 +414,7 @@ func (e *Engine) progress() {
 			return
 		}
 		t.p.Complete(e.run(t.op, t.p))
+		ran = true
 		e.qmu.Lock()
 		e.running = false
 		e.qmu.Unlock()
@@ -408,11 +438,13 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 	}
 	e.opSeq.Store(seq)
 	defer e.opSeq.Store(opP2P)
-	if err := e.injectFault(op); err != nil {
-		if errors.Is(err, comm.ErrEngine) {
-			e.broke(err)
+	if len(e.cfg.Faults) > 0 {
+		if err := e.injectFault(op); err != nil {
+			if errors.Is(err, comm.ErrEngine) {
+				e.broke(err)
+			}
+			return err
 		}
-		return err
 	}
 	pr.MarkStarted()
 	err := e.execSafe(op, pr)

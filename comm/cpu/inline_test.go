@@ -101,3 +101,73 @@ func TestRunInline(t *testing.T) {
 		t.Fatal("op on an aborted engine succeeded")
 	}
 }
+
+// TestStreamProgressesWithoutWaiters checks the progress goroutine's
+// hand-offs (engine.go: Launch wakes it only when it is parked on an idle
+// stream; an inline runner hands over what was queued meanwhile): with one
+// P, ops that nobody waits for complete in the background, whether they
+// were launched on a parked stream, behind an op the progress goroutine
+// runs, or behind an op a waiter runs inline; and every rank ends with the
+// right sums.
+func TestStreamProgressesWithoutWaiters(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	g := newGroup(t, 2, Options{Transport: TransportInmem})
+	const n = 40
+	ctx := context.Background()
+	bufs := make([][]comm.Buffer, 2)
+	works := make([][]*comm.Work, 2)
+	for r := range 2 {
+		for range n {
+			b := comm.NewHostBuffer(comm.Float32, 1)
+			setF(b, 0, float64(r+1))
+			bufs[r] = append(bufs[r], b)
+		}
+	}
+	launch := func(r, i int) {
+		fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: uint64(i + 1), Op: comm.OpAllReduce, DType: comm.Float32,
+			Count: 1, Root: -1, RedOp: comm.RedSum}
+		p := comm.NewPromise(comm.OpAllReduce)
+		g.engines[r].Launch(&comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, Root: -1, Peer: -1, In: []comm.Buffer{bufs[r][i]}}, p)
+		works[r] = append(works[r], p.Work())
+	}
+	// Rank 1 launches everything up front; nobody waits on its Works.
+	for i := range n {
+		launch(1, i)
+	}
+	// Rank 0: a first batch nobody waits for, then one op run inline by
+	// its waiter with more launched behind it, then the rest.
+	for i := range n / 4 {
+		launch(0, i)
+	}
+	waitDone := func(w *comm.Work, what string) {
+		t.Helper()
+		select {
+		case <-w.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never completed without a waiter", what)
+		}
+	}
+	waitDone(works[0][n/4-1], "rank 0's first batch")
+	launch(0, n/4)
+	for i := n/4 + 1; i < n/2; i++ {
+		launch(0, i)
+	}
+	if err := works[0][n/4].Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(works[0][n/2-1], "the ops queued behind the inline one")
+	for i := n / 2; i < n; i++ {
+		launch(0, i)
+	}
+	for r := range 2 {
+		waitDone(works[r][n-1], "the last op")
+		for i, w := range works[r] {
+			if err := w.Err(); err != nil || !w.IsCompleted() {
+				t.Fatalf("rank %d op %d: completed %v, %v", r, i, w.IsCompleted(), err)
+			}
+			if got := getF(bufs[r][i], 0); got != 3 {
+				t.Fatalf("rank %d op %d: %v, want 1+2", r, i, got)
+			}
+		}
+	}
+}
