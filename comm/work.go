@@ -124,13 +124,18 @@ func (p *Promise) init(op OpType) {
 func (p *Promise) Work() *Work { return &p.w }
 
 // InlineStream is an engine's ordered stream of ops on which a waiter may
-// run its own op (the CPU engine implements it): RunInline runs w's op on
+// run its own op (the CPU engine implements it). RunInline runs w's op on
 // the calling goroutine if it is next on the stream and the stream is
 // idle, completing w through the Promise the engine holds for it, and
 // reports whether it did; otherwise it does nothing and returns false at
-// once.
+// once. Progress tells the stream that w's op will not be run by its
+// waiter: a stream that put off waking its own progress goroutine for a
+// small op, expecting the waiter to run it (and bounding that with a
+// timer), starts it now. Work calls it before a Wait blocks and when Done
+// hands out a channel for an incomplete Work.
 type InlineStream interface {
 	RunInline(w *Work) bool
+	Progress(w *Work)
 }
 
 // SetInline tells the Work which stream its op is queued on, so that Wait
@@ -176,9 +181,13 @@ func (w *Work) Wait(ctx context.Context) error {
 	if w.IsCompleted() {
 		return w.err
 	}
-	if s, ok := w.inline.Load().(InlineStream); ok && w.bw == nil && w.inlineWait(ctx) && s.RunInline(w) {
-		w.awaitDone() // RunInline returns once the Work is complete
-		return w.err
+	s, inline := w.inline.Load().(InlineStream)
+	if inline {
+		if w.bw == nil && w.inlineWait(ctx) && s.RunInline(w) {
+			w.awaitDone() // RunInline returns once the Work is complete
+			return w.err
+		}
+		s.Progress(w) // this waiter will not run it
 	}
 	if d := time.Duration(w.spin.Load()); d > 0 && w.spinUntilDone(d) {
 		return w.err
@@ -190,7 +199,7 @@ func (w *Work) Wait(ctx context.Context) error {
 		expired = t.C
 	}
 	select {
-	case <-w.Done():
+	case <-w.doneChan():
 		return w.err
 	case <-ctx.Done():
 		return ctx.Err()
@@ -257,8 +266,20 @@ func (w *Work) spinUntilDone(d time.Duration) bool {
 }
 
 // Done is closed when the Work completes. The channel is made on the
-// first call before completion (a Work nobody blocks on has none).
+// first call before completion (a Work nobody blocks on has none); an op
+// still queued then is started without waiting for a waiter to run it
+// (InlineStream.Progress).
 func (w *Work) Done() <-chan struct{} {
+	if !w.IsCompleted() {
+		if s, ok := w.inline.Load().(InlineStream); ok {
+			s.Progress(w)
+		}
+	}
+	return w.doneChan()
+}
+
+// doneChan is Done without the nudge to the stream.
+func (w *Work) doneChan() <-chan struct{} {
 	if c := w.done.Load(); c != nil {
 		return *c
 	}

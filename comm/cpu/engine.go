@@ -45,6 +45,15 @@ type Engine struct {
 	parked  bool           // the progress goroutine waits on qwake; under qmu
 	inline  sync.WaitGroup // waiters running an op inline (RunInline); Close waits for them
 	qwake   chan struct{}  // cap 1
+	// lazy is set while the queue's head is a small op launched onto an
+	// idle stream without waking the parked progress goroutine, for its
+	// waiter to run inline (see Launch); the next Launch, Progress or the
+	// kick timer starts it otherwise. lazyGen counts such launches and
+	// kickGen is lazyGen when kick was armed (kickSet). Under qmu.
+	lazy             bool
+	lazyGen, kickGen uint64
+	kickSet          bool
+	kick             *time.Timer // bounds a lazy start (lazyGrace)
 
 	fatal  fatalBox      // first fatal error (mismatch, transport, notice)
 	curSeq atomic.Uint64 // seq of the collective the stream runs or ran last
@@ -95,8 +104,10 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	}
 	e := &Engine{
 		cfg: cfg, opts: opts, ctl: transport.NewCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
-		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
+		kick: time.NewTimer(time.Hour),
+		log:  cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
+	e.kick.Stop()
 	e.acks = make(chan struct{}, cfg.Size)
 	e.peerClosed = make([]atomic.Pointer[error], cfg.Size)
 	e.ctl.OnNotice = e.onNotice
@@ -168,6 +179,19 @@ func (e *Engine) Size() int { return e.cfg.Size }
 // Launch queues op on the engine's stream; pr completes when it ran (nil) or
 // failed (*comm.MismatchError, *comm.TransportError, *comm.AbortedError,
 // *comm.EngineError, or an error wrapping comm.ErrClosed).
+//
+// Whoever runs the stream's current op takes the next one (the progress
+// loop, or an inline runner's hand-over), and a progress goroutine that is
+// not parked finds it, so only a parked one on an idle stream needs a
+// wake-up, and even then not for a small op (lazyStart): a small op's
+// waiter usually calls Wait at once and runs it inline (RunInline), and
+// on one P (rankrunner's GOMAXPROCS=1) a woken progress goroutine only
+// takes turns with that waiter, which cost 0.3 µs of a 1.5 µs allreduce.
+// Such an op is started in the background at the latest when another op
+// is launched behind it, when its Work is waited on without running it or
+// its Done channel is taken (Progress), or when the kick timer fires,
+// lazyGrace to 2·lazyGrace after the launch (later if the process's Ps
+// are all asleep: the Go runtime's timers then have millisecond grain).
 func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	if err := e.stopped(); err != nil {
 		pr.Complete(err)
@@ -176,13 +200,62 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	pr.SetInline(e)
 	e.qmu.Lock()
 	e.queue = append(e.queue, task{op, pr})
-	// Whoever runs the stream's current op takes this one next (progress
-	// loops, an inline runner hands over), and a progress goroutine that
-	// is not parked finds it: only a parked one on an idle stream needs
-	// the wake-up.
-	wake := e.parked && !e.running
+	wake, arm := false, false
+	if e.parked && !e.running {
+		if len(e.queue) == 1 && lazyStart(op) {
+			e.lazy = true
+			e.lazyGen++
+			if !e.kickSet {
+				e.kickSet, e.kickGen, arm = true, e.lazyGen, true
+			}
+		} else {
+			e.parked, e.lazy, wake = false, false, true
+		}
+	}
+	e.qmu.Unlock()
+	if arm {
+		e.kick.Reset(lazyGrace)
+	}
 	if wake {
-		e.parked = false
+		e.wake()
+	}
+}
+
+// lazyGrace is how long a small op launched onto an idle stream may wait
+// for its waiter before the progress goroutine starts it (see Launch):
+// about 70 back-to-back small allreduces over shm, so that the kick timer
+// costs one wake-up per 70 ops in a loop that waits on each, while an op
+// nobody waits for starts within 200 µs.
+const lazyGrace = 100 * time.Microsecond
+
+// lazyMaxBytes is the largest op, in bytes (inputs and outputs), whose
+// start Launch may leave to its waiter; a larger one (a DDP bucket) wakes
+// the progress goroutine at once, for its transfer to overlap with the
+// caller's compute.
+const lazyMaxBytes = 64 << 10
+
+// lazyStart reports whether op is small enough for a lazy start.
+func lazyStart(op *comm.Op) bool {
+	if op.Type == comm.OpCoalesced {
+		return false
+	}
+	n := 0
+	for _, b := range op.In {
+		n += b.NumBytes()
+	}
+	for _, b := range op.Out {
+		n += b.NumBytes()
+	}
+	return n <= lazyMaxBytes
+}
+
+// Progress implements comm.InlineStream: w's waiter will not run it, so a
+// head launched lazily is started now.
+func (e *Engine) Progress(*comm.Work) {
+	e.qmu.Lock()
+	wake := e.lazy && e.parked && !e.running
+	if wake {
+		e.parked, e.lazy = false, false
 	}
 	e.qmu.Unlock()
 	if wake {
@@ -235,6 +308,7 @@ func (e *Engine) RunInline(w *comm.Work) bool {
 // so that the queue's array is reused and a steady launch rate allocates
 // nothing.
 func (e *Engine) pop() task {
+	e.lazy = false
 	t := e.queue[0]
 	k := copy(e.queue, e.queue[1:])
 	e.queue[k] = task{}
@@ -388,17 +462,41 @@ func (e *Engine) next(spin bool) (task, bool) {
 		}
 		e.parked = true
 		e.qmu.Unlock()
+		e.park()
+		spin = false // woken: take what is there, or park again
+	}
+}
+
+// park blocks until a wake-up, the stop or the kick timer; a kick that
+// finds a lazy head launched after it was armed leaves that op to its
+// waiter a while longer (re-arming) and goes on waiting.
+func (e *Engine) park() {
+	for {
 		select {
 		case <-e.qwake:
+			return
 		case <-e.ctl.Stop:
+			return
+		case <-e.kick.C:
+			e.qmu.Lock()
+			e.kickSet = false
+			rearm := e.lazy && !e.running && e.lazyGen != e.kickGen
+			if rearm {
+				e.kickSet, e.kickGen = true, e.lazyGen
+			}
+			e.qmu.Unlock()
+			if !rearm {
+				return // the head waited a full lazyGrace: take it
+			}
+			e.kick.Reset(lazyGrace)
 		}
-		spin = false // woken: take what is there, or park again
 	}
 }
 
 // progress is the engine's stream: it runs queued ops one at a time.
 func (e *Engine) progress() {
 	defer close(e.done)
+	defer e.kick.Stop()
 	ran := false
 	for {
 		t, ok := e.next(ran)

@@ -171,3 +171,42 @@ func TestStreamProgressesWithoutWaiters(t *testing.T) {
 		}
 	}
 }
+
+// TestLazyStartBoundedByKick: a small op launched onto an idle stream is
+// left to its waiter (Launch does not wake the parked progress
+// goroutine), yet one that nobody waits for, with nothing launched behind
+// it and its Done channel never taken, still completes in the background
+// once the kick timer fires (lazyGrace); a large op wakes the progress
+// goroutine at once. Both ranks only poll IsCompleted.
+func TestLazyStartBoundedByKick(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	g := newGroup(t, 2, Options{Transport: TransportInmem})
+	for i, count := range []int{1, lazyMaxBytes/4 + 1} {
+		seq := uint64(i + 1)
+		var ws []*comm.Work
+		var bufs []comm.Buffer
+		for r := range 2 {
+			b := comm.NewHostBuffer(comm.Float32, count)
+			setF(b, 0, float64(r+1))
+			fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: seq, Op: comm.OpAllReduce, DType: comm.Float32,
+				Count: int64(count), Root: -1, RedOp: comm.RedSum}
+			p := comm.NewPromise(comm.OpAllReduce)
+			g.engines[r].Launch(&comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, Root: -1, Peer: -1, In: []comm.Buffer{b}}, p)
+			if lazy := lazyStart(&comm.Op{Type: comm.OpAllReduce, In: []comm.Buffer{b}}); lazy != (count == 1) {
+				t.Fatalf("%d elements: lazyStart %v", count, lazy)
+			}
+			ws, bufs = append(ws, p.Work()), append(bufs, b)
+		}
+		for end := time.Now().Add(10 * time.Second); !ws[0].IsCompleted() || !ws[1].IsCompleted(); {
+			if time.Now().After(end) {
+				t.Fatalf("%d elements: an op nobody waits for never completed", count)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		for r, w := range ws {
+			if err := w.Err(); err != nil || getF(bufs[r], 0) != 3 {
+				t.Fatalf("%d elements, rank %d: %v, %v, want 1+2", count, r, err, getF(bufs[r], 0))
+			}
+		}
+	}
+}
