@@ -48,9 +48,12 @@ type Engine struct {
 	// lazy is set while the queue's head is a small op launched onto an
 	// idle stream without waking the parked progress goroutine, for its
 	// waiter to run inline (see Launch); the next Launch, Progress or the
-	// kick timer starts it otherwise. lazyGen counts such launches and
-	// kickGen is lazyGen when kick was armed (kickSet). Under qmu.
+	// kick timer starts it otherwise. inlineRun counts the ops waiters ran
+	// inline since the progress goroutine last ran one (up to lazyAfter);
+	// lazyGen counts lazy launches and kickGen is lazyGen when kick was
+	// armed (kickSet). Under qmu.
 	lazy             bool
+	inlineRun        int
 	lazyGen, kickGen uint64
 	kickSet          bool
 	kick             *time.Timer // bounds a lazy start (lazyGrace)
@@ -183,15 +186,19 @@ func (e *Engine) Size() int { return e.cfg.Size }
 // Whoever runs the stream's current op takes the next one (the progress
 // loop, or an inline runner's hand-over), and a progress goroutine that is
 // not parked finds it, so only a parked one on an idle stream needs a
-// wake-up, and even then not for a small op (lazyStart): a small op's
-// waiter usually calls Wait at once and runs it inline (RunInline), and
-// on one P (rankrunner's GOMAXPROCS=1) a woken progress goroutine only
-// takes turns with that waiter, which cost 0.3 µs of a 1.5 µs allreduce.
-// Such an op is started in the background at the latest when another op
-// is launched behind it, when its Work is waited on without running it or
-// its Done channel is taken (Progress), or when the kick timer fires,
-// lazyGrace to 2·lazyGrace after the launch (later if the process's Ps
-// are all asleep: the Go runtime's timers then have millisecond grain).
+// wake-up, and even then not for a small op (lazyStart) once the last
+// lazyAfter ops were all run inline by their waiters: such a program
+// calls Wait at once (AllReduce(...).Wait), and on one P (rankrunner's
+// GOMAXPROCS=1) a woken progress goroutine only takes turns with the
+// waiter, which cost 0.3 µs of a 1.5 µs allreduce. An op launched so is
+// started in the background at the latest when another op is launched
+// behind it, when its Work is waited on without running it or its Done
+// channel is taken (Progress), or when the kick timer fires, lazyGrace to
+// 2·lazyGrace after the launch (later if the process's Ps are all asleep:
+// the Go runtime's timers then have millisecond grain). Once the progress
+// goroutine runs an op, launches wake it again until waiters have run
+// lazyAfter ops in a row, so a program that leaves its ops to the
+// background is not delayed.
 func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	if err := e.stopped(); err != nil {
 		pr.Complete(err)
@@ -202,7 +209,7 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	e.queue = append(e.queue, task{op, pr})
 	wake, arm := false, false
 	if e.parked && !e.running {
-		if len(e.queue) == 1 && lazyStart(op) {
+		if len(e.queue) == 1 && e.inlineRun >= lazyAfter && lazyStart(op) {
 			e.lazy = true
 			e.lazyGen++
 			if !e.kickSet {
@@ -227,6 +234,10 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 // costs one wake-up per 70 ops in a loop that waits on each, while an op
 // nobody waits for starts within 200 µs.
 const lazyGrace = 100 * time.Microsecond
+
+// lazyAfter is how many ops in a row waiters must have run inline before
+// Launch leaves a small op to its waiter.
+const lazyAfter = 8
 
 // lazyMaxBytes is the largest op, in bytes (inputs and outputs), whose
 // start Launch may leave to its waiter; a larger one (a DDP bucket) wakes
@@ -287,6 +298,7 @@ func (e *Engine) RunInline(w *comm.Work) bool {
 	}
 	t := e.pop()
 	e.running = true
+	e.inlineRun = min(e.inlineRun+1, lazyAfter)
 	e.inline.Add(1)
 	e.qmu.Unlock()
 	defer e.inline.Done()
@@ -446,6 +458,7 @@ func (e *Engine) next(spin bool) (task, bool) {
 		e.qmu.Lock()
 		e.parked = false
 		if len(e.queue) > 0 && !e.running {
+			e.inlineRun = 0
 			t := e.pop()
 			e.running = true
 			e.qmu.Unlock()

@@ -172,41 +172,82 @@ func TestStreamProgressesWithoutWaiters(t *testing.T) {
 	}
 }
 
-// TestLazyStartBoundedByKick: a small op launched onto an idle stream is
-// left to its waiter (Launch does not wake the parked progress
-// goroutine), yet one that nobody waits for, with nothing launched behind
-// it and its Done channel never taken, still completes in the background
-// once the kick timer fires (lazyGrace); a large op wakes the progress
-// goroutine at once. Both ranks only poll IsCompleted.
-func TestLazyStartBoundedByKick(t *testing.T) {
+// TestLazyStart checks when Launch leaves a small op to its waiter (the
+// parked progress goroutine is not woken, lazy is set): only once waiters
+// have run lazyAfter ops in a row inline, never for a large op, and no
+// longer after the progress goroutine ran one. Such an op that nobody
+// waits for, with nothing launched behind it and its Done channel never
+// taken, still completes in the background once the kick timer fires
+// (lazyGrace): the test only polls IsCompleted. A group of one rank makes
+// every Wait below run its op inline (nothing yields between Launch and
+// Wait on one P).
+func TestLazyStart(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	g := newGroup(t, 2, Options{Transport: TransportInmem})
-	for i, count := range []int{1, lazyMaxBytes/4 + 1} {
-		seq := uint64(i + 1)
-		var ws []*comm.Work
-		var bufs []comm.Buffer
-		for r := range 2 {
-			b := comm.NewHostBuffer(comm.Float32, count)
-			setF(b, 0, float64(r+1))
-			fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: seq, Op: comm.OpAllReduce, DType: comm.Float32,
-				Count: int64(count), Root: -1, RedOp: comm.RedSum}
-			p := comm.NewPromise(comm.OpAllReduce)
-			g.engines[r].Launch(&comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, Root: -1, Peer: -1, In: []comm.Buffer{b}}, p)
-			if lazy := lazyStart(&comm.Op{Type: comm.OpAllReduce, In: []comm.Buffer{b}}); lazy != (count == 1) {
-				t.Fatalf("%d elements: lazyStart %v", count, lazy)
+	e := newGroup(t, 1, Options{Transport: TransportInmem}).engines[0]
+	ctx := context.Background()
+	seq := uint64(0)
+	// launch launches one allreduce of count float32 once the progress
+	// goroutine is parked and reports whether it was left lazy.
+	launch := func(count int) (*comm.Work, bool) {
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Microsecond) {
+			e.qmu.Lock()
+			parked := e.parked
+			e.qmu.Unlock()
+			if parked {
+				break
 			}
-			ws, bufs = append(ws, p.Work()), append(bufs, b)
-		}
-		for end := time.Now().Add(10 * time.Second); !ws[0].IsCompleted() || !ws[1].IsCompleted(); {
 			if time.Now().After(end) {
-				t.Fatalf("%d elements: an op nobody waits for never completed", count)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-		for r, w := range ws {
-			if err := w.Err(); err != nil || getF(bufs[r], 0) != 3 {
-				t.Fatalf("%d elements, rank %d: %v, %v, want 1+2", count, r, err, getF(bufs[r], 0))
+				t.Fatal("the progress goroutine never parked")
 			}
 		}
+		seq++
+		b := comm.NewHostBuffer(comm.Float32, count)
+		fp := comm.Fingerprint{Seq: seq, Op: comm.OpAllReduce, DType: comm.Float32, Count: int64(count), Root: -1, RedOp: comm.RedSum}
+		p := comm.NewPromise(comm.OpAllReduce)
+		e.Launch(&comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, Root: -1, Peer: -1, In: []comm.Buffer{b}}, p)
+		e.qmu.Lock()
+		defer e.qmu.Unlock()
+		return p.Work(), e.lazy
+	}
+	poll := func(w *comm.Work, what string) {
+		t.Helper()
+		for end := time.Now().Add(10 * time.Second); !w.IsCompleted(); time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: an op nobody waits for never completed", what)
+			}
+		}
+		if err := w.Err(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	for i := range lazyAfter + 1 {
+		w, lazy := launch(1)
+		if want := i >= lazyAfter; lazy != want {
+			t.Fatalf("op %d, after %d run inline: lazy %v, want %v", i, i, lazy, want)
+		}
+		if i < lazyAfter {
+			if err := w.Wait(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			poll(w, "lazy small op") // the kick timer starts it
+		}
+	}
+	// The progress goroutine ran the last one: the next is not lazy.
+	if w, lazy := launch(1); lazy {
+		t.Fatal("lazy after the progress goroutine ran an op")
+	} else {
+		poll(w, "small op after a background one")
+	}
+	for range lazyAfter {
+		w, _ := launch(1)
+		if err := w.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w, lazy := launch(lazyMaxBytes/4 + 1); lazy {
+		t.Fatal("an op over lazyMaxBytes was left lazy")
+	} else {
+		poll(w, "large op")
 	}
 }
