@@ -68,6 +68,19 @@ def parse_sizes(s):
     return out
 
 
+def fmt_size(n):
+    """n bytes as "4 B", "64 MiB"."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return "%d %s" % (n // div, unit)
+    return "%d B" % n
+
+
+def coll_rank(collective):
+    """The collective's place in COLLECTIVES (tables follow it); unknown ones last."""
+    return COLLECTIVES.index(collective) if collective in COLLECTIVES else len(COLLECTIVES)
+
+
 def split_sizes(sizes, limit=1 << 20):
     """(sizes below limit, sizes at or above it): the small and large iteration counts."""
     return [s for s in sizes if s < limit], [s for s in sizes if s >= limit]
