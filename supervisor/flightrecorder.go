@@ -108,10 +108,12 @@ type RecorderConfig struct {
 //
 // Each group's ring is allocated once, at the group's first record or
 // AddGroup: a slot holds the op's raw identity (fingerprint, type, timeout,
-// creation time, Work) and its buffer lengths inline, and Record only
-// copies those in, so recording an op allocates nothing (ops with more than
-// slotCounts buffers reuse the slot's overflow slice once it is big
-// enough). Entries, with their strings and shapes, are built at Dump time.
+// Work) and its buffer lengths inline, and Record only copies those in, so
+// recording an op allocates nothing (ops with more than slotCounts buffers
+// reuse the slot's overflow slice once it is big enough) and converts
+// nothing: no time, no string. An evicted slot's progress is folded into
+// the group's counters from the slot itself (its Work's state). Entries,
+// with their strings, times and shapes, are built at Dump time.
 type FlightRecorder struct {
 	mu     sync.Mutex
 	cfg    RecorderConfig
@@ -130,7 +132,7 @@ type slot struct {
 	fp      comm.Fingerprint
 	typ     comm.OpType
 	timeout time.Duration
-	created int64      // Unix ns
+	created int64      // Unix ns; 0 with a Work (read from it at dump time)
 	w       *comm.Work // nil: state as recorded by SetState below
 	nIn     int        // counts[:nIn] are inputs, the rest outputs
 	n       int        // number of buffer lengths
@@ -199,19 +201,21 @@ func (r *FlightRecorder) ring(group string) *ring {
 // P2P seq. It allocates nothing once the group's ring exists (see
 // FlightRecorder).
 func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.record(r.ring(group), op, w, timeout)
+}
+
+// record is Record into group ring g, with r.mu held.
+func (r *FlightRecorder) record(g *ring, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
 	var created int64
-	if w != nil {
-		created = w.Timings().Created.UnixNano()
-	} else {
+	if w == nil {
 		created = r.cfg.Now().UnixNano()
 	}
 	p2p := op.Type.IsP2P()
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	group := g.status.Group
 	r.nextID++
 	id := r.nextID
-	g := r.ring(group)
 	epoch := op.FP.Epoch
 	if epoch > g.status.Epoch { // a restarted communicator: progress starts over
 		g.status = GroupStatus{Group: group, Epoch: epoch, GroupRank: g.status.GroupRank,
@@ -229,7 +233,7 @@ func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout
 		return id
 	}
 	if g.n == len(g.slots) {
-		g.fold(entryState(&g.slots[g.next]))
+		g.foldSlot(&g.slots[g.next])
 		g.status.Evicted++
 	} else {
 		g.n++
@@ -292,12 +296,12 @@ func (s *slot) fillCounts(op *comm.Op) {
 // putCounts writes the lengths of op's and its children's buffers into
 // dst: inputs from *in on, outputs from *out on.
 func putCounts(op *comm.Op, dst []int64, in, out *int) {
-	for _, b := range op.In {
-		dst[*in] = int64(b.Len())
+	for i := range op.In {
+		dst[*in] = int64(op.In[i].Len())
 		*in++
 	}
-	for _, b := range op.Out {
-		dst[*out] = int64(b.Len())
+	for i := range op.Out {
+		dst[*out] = int64(op.Out[i].Len())
 		*out++
 	}
 	for _, ch := range op.Children {
@@ -345,6 +349,9 @@ func entryState(s *slot) Entry {
 		DType: fp.DType.String(), Count: fp.Count, Root: fp.Root, State: s.state,
 		TimeCreatedNS: s.created, TimeStartedNS: s.started, TimeCompletedNS: s.completed,
 		TimeoutMS: s.timeout.Milliseconds(), Error: s.err}
+	if s.w != nil {
+		e.TimeCreatedNS = s.w.Timings().Created.UnixNano()
+	}
 	if fp.RedOp != 0 {
 		e.RedOp = fp.RedOp.String()
 	}
@@ -376,6 +383,33 @@ func entryState(s *slot) Entry {
 		e.DurationMS = float64(e.TimeCompletedNS-from) / 1e6
 	}
 	return e
+}
+
+// foldSlot is fold(entryState(s)) without building the entry: it reads
+// the slot and its Work's state only (no time or string conversion), so
+// that evicting a slot on Record costs a few loads.
+func (g *ring) foldSlot(s *slot) {
+	st := &g.status
+	if s.fp.Epoch != st.Epoch {
+		return
+	}
+	started, completed := s.started != 0, s.state == actors.StateCompleted
+	if s.w != nil {
+		completed = s.w.IsSuccess()
+		started = completed || !s.w.Timings().Started.IsZero()
+	}
+	if s.typ.IsP2P() {
+		if completed {
+			st.LastCompletedP2P = max(st.LastCompletedP2P, s.fp.Seq)
+		}
+		return
+	}
+	if started || completed {
+		st.LastStarted = max(st.LastStarted, s.fp.Seq)
+	}
+	if completed {
+		st.LastCompleted = max(st.LastCompleted, s.fp.Seq)
+	}
 }
 
 // fold advances the group's Last* counters with e (of the current epoch).
@@ -564,12 +598,18 @@ func (d Dumper) Dump(ctx context.Context, reason string) error {
 // Observer returns the actors.Observer that records every op scheduled on
 // group's communicator. groupTimeout (may be nil) gives the group's current
 // default deadline, recorded for ops without their own.
+// The group's ring is looked up once, here (rings are never removed).
 func (r *FlightRecorder) Observer(group string, groupTimeout func() time.Duration) actors.Observer {
+	r.mu.Lock()
+	g := r.ring(group)
+	r.mu.Unlock()
 	return actors.ObserverFunc(func(op *comm.Op, p *comm.Promise) {
 		d := op.Timeout
 		if d <= 0 && groupTimeout != nil {
 			d = groupTimeout()
 		}
-		r.Record(group, op, p.Work(), d)
+		r.mu.Lock()
+		r.record(g, op, p.Work(), d)
+		r.mu.Unlock()
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -313,6 +314,21 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	}); a != 0 {
 		t.Fatalf("%v allocations per Record pair, want 0", a)
 	}
+	// Evicting the slots of finished Works, failed ones included (whose
+	// error text a dump shows), allocates nothing either.
+	done, failed := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
+	done.Complete(nil)
+	failed.Complete(errors.New("comm: boom"))
+	if a := testing.AllocsPerRun(100, func() {
+		r.Record("g", plain, done.Work(), time.Second)
+		r.Record("g", plain, failed.Work(), time.Second)
+	}); a != 0 {
+		t.Fatalf("%v allocations per Record pair evicting finished Works, want 0", a)
+	}
+	for range 8 {
+		r.Record("g", plain, p.Work(), time.Second)
+		r.Record("g", coal, p.Work(), time.Second)
+	}
 	// The dump still lists each op's shapes, inputs then outputs.
 	d := r.Dump("test")
 	if len(d.Entries) != 16 {
@@ -340,5 +356,53 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	}
 	if d.Entries[0].InputSizes[0][0] != before {
 		t.Fatal("a dump's shapes changed when the ring was reused")
+	}
+}
+
+// TestFlightRecorderFoldSlotMatchesEntry: the progress an evicted slot
+// folds into its group's counters, read from the slot and its Work
+// (foldSlot, on Record), is the progress its dumped entry gives (fold of
+// entryState), for every state: Works scheduled, started, completed and
+// failed, collectives and P2P, entries without a Work driven by SetState,
+// and entries of an older epoch.
+func TestFlightRecorderFoldSlotMatchesEntry(t *testing.T) {
+	mk := func(started, done bool, err error) *comm.Work {
+		p := comm.NewPromise(comm.OpAllReduce)
+		if started {
+			p.MarkStarted()
+		}
+		if done {
+			p.Complete(err)
+		}
+		return p.Work()
+	}
+	boom := errors.New("boom")
+	works := []*comm.Work{nil, mk(false, false, nil), mk(true, false, nil), mk(true, true, nil), mk(false, true, nil),
+		mk(true, true, boom), mk(false, true, boom)}
+	noWork := []struct {
+		state     string
+		started   int64
+		completed int64
+	}{{actors.StateScheduled, 0, 0}, {actors.StateStarted, 5, 0}, {actors.StateCompleted, 5, 9},
+		{actors.StateFailed, 5, 9}, {actors.StateCompleted, 0, 9}}
+	for _, typ := range []comm.OpType{comm.OpAllReduce, comm.OpSend} {
+		for _, epoch := range []uint32{1, 2} {
+			for wi, w := range works {
+				for ni, nw := range noWork {
+					if w != nil && ni > 0 {
+						break // the SetState fields matter only without a Work
+					}
+					s := slot{id: 1, group: "g", typ: typ, w: w, fp: comm.Fingerprint{Epoch: epoch, Seq: 7, Op: typ},
+						state: nw.state, started: nw.started, completed: nw.completed}
+					a := ring{status: GroupStatus{Epoch: 2, LastStarted: 3, LastCompleted: 2, LastCompletedP2P: 1}}
+					b := a
+					a.foldSlot(&s)
+					b.fold(entryState(&s))
+					if !reflect.DeepEqual(a.status, b.status) {
+						t.Errorf("%v epoch %d work %d state %d: foldSlot %+v, fold(entry) %+v", typ, epoch, wi, ni, a.status, b.status)
+					}
+				}
+			}
+		}
 	}
 }
