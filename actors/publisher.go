@@ -90,10 +90,9 @@ type Publisher interface {
 }
 
 // DefaultEventBuffer is the publisher's default bound on queued events.
-// With the drain that starts at a quarter full it absorbs the burst of
-// started/completed Work events the watchdog emits at each tick (100 ms):
-// 2 ranks doing back-to-back 4-byte allreduces (about 3 µs each, 3 events
-// per op) publish every event without a drop.
+// With the drain that starts at a quarter full it absorbs far more than
+// the watchdog's Work events of one tick, which the WorkEventRate budget
+// bounds before they are queued.
 const DefaultEventBuffer = 1 << 16
 
 // DefaultWorkEventRate is the default bound on successful Work events
@@ -134,7 +133,9 @@ type PublisherConfig struct {
 	// WorkEventRate bounds the successful Work events (scheduled, started,
 	// completed) published per second, as a token bucket holding one
 	// second's worth: beyond it they are sampled out, not queued, and
-	// counted (Sampled). Failed Works, events carrying an error,
+	// counted (Sampled). Emit takes a token per event; a batch emitter
+	// (the watchdog) takes many at once with WorkEventBudget and chooses
+	// which events to build. Failed Works, events carrying an error,
 	// completions that took SlowOp or longer and every other kind are
 	// always published. 0: DefaultWorkEventRate; negative: no bound.
 	WorkEventRate int
