@@ -76,8 +76,9 @@ type WatchdogConfig struct {
 //
 // The per-op path (Track, the Observer) costs O(1), allocates nothing in
 // steady state and wakes no goroutine: it appends the Work to the inbox, a
-// mutex-guarded list that the actor drains at its next tick and before
-// every other message, so the inbox keeps the order of Track against
+// mutex-guarded list that the actor drains at its next tick, before every
+// other message and, at a high op rate, every drainBatch Works (one wake
+// per batch), so the inbox keeps the order of Track against
 // Register, Deregister and SetTimeout (which do wake the actor). A Work is
 // thus seen at the latest one WatchdogInterval after it was scheduled (its
 // scheduled event is published then, stamped with its creation time); its
@@ -126,7 +127,7 @@ type Watchdog struct {
 	lastF    *flight            // the flight last looked up (ops come in runs of one group)
 	smp      sampling           // the successful-Work-event budget of the current batch
 	touched  []*flight          // the flights with Works in the current batch
-	batchNo  uint64             // the current batch's number
+	batchNo  uint64             // the current batch's number (from 1; a new flight has 0)
 	groups   map[string]*watchedGroup
 	running  bool
 	cancel   context.CancelFunc
@@ -201,7 +202,7 @@ func NewWatchdog(cfg WatchdogConfig) (*Watchdog, error) {
 		cfg.Now = time.Now
 	}
 	core := NewWatchdogCore(CoreConfig{Rank: cfg.Rank, Mode: c.ErrorHandling, Timeout: c.Timeout, ProgressInterval: cfg.ProgressInterval})
-	wd := &Watchdog{cfg: cfg, core: core, flights: map[string]*flight{}, groups: map[string]*watchedGroup{}}
+	wd := &Watchdog{cfg: cfg, core: core, flights: map[string]*flight{}, groups: map[string]*watchedGroup{}, batchNo: 1}
 	wd.wsink, _ = cfg.Events.(WorkEventSink)
 	return wd, nil
 }
@@ -260,16 +261,24 @@ func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
 // Track puts p's Work (fingerprint fp, per-op timeout or 0) under the
 // watchdog, which fails it through p at its deadline. It never blocks,
 // allocates nothing in steady state and, unless a group is aborted, wakes
-// no goroutine: the watchdog picks the Work up, and publishes its
-// scheduled event, at its next tick (see Watchdog).
+// no goroutine but once every drainBatch Works: the watchdog picks the
+// Work up at its next tick or drain (see Watchdog).
 func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, p *comm.Promise) {
 	wd.inMu.Lock()
 	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}})
+	n := len(wd.inbox)
 	wd.inMu.Unlock()
-	if wd.aborted.Load() {
+	if (n == drainBatch || wd.aborted.Load()) && wd.pid != nil {
 		wd.system.Root.Send(wd.pid, watchdogDrain{})
 	}
 }
+
+// drainBatch is how many tracked Works wake the actor before its tick: at a
+// high op rate it then drains them in batches of this size, while they
+// are still in the CPU's caches, instead of holding a tick's worth (tens
+// of thousands of Works, megabytes the GC must mark) until the tick. One
+// wake per drainBatch ops.
+const drainBatch = 1024
 
 // post appends control message m to the inbox; wake sends the actor a
 // drain message.

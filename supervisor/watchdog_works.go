@@ -68,8 +68,8 @@ type sampling struct {
 	acc  int
 }
 
-// newBatch refreshes the sampling for a batch of n Works (n = 0: only
-// on and slow), taking the batch's tokens from the sink.
+// newBatch refreshes the sampling for a batch of n Works, taking the
+// batch's tokens from the sink.
 func (wd *Watchdog) newBatch(n int) {
 	s := &wd.smp
 	s.k, s.n, s.acc = 0, max(n, 1), 0
@@ -81,6 +81,21 @@ func (wd *Watchdog) newBatch(n int) {
 	default:
 		b := wd.wsink.WorkEventBudget(eventsPerWork * n)
 		s.on, s.slow, s.k = b.On, b.SlowOp, b.Events/eventsPerWork
+	}
+}
+
+// refreshSampling refreshes only whether Work events are published and
+// the slow-op rule (a tick's pass), leaving a batch under way as it is.
+func (wd *Watchdog) refreshSampling() {
+	s := &wd.smp
+	switch {
+	case wd.cfg.Events == nil:
+		s.on = false
+	case wd.wsink == nil:
+		s.on = true
+	default:
+		b := wd.wsink.WorkEventBudget(0)
+		s.on, s.slow = b.On, b.SlowOp
 	}
 }
 
@@ -179,7 +194,7 @@ func (wd *Watchdog) track(m *TrackWork, i int) {
 	id := wd.nextID
 	f := wd.flight(m.Group)
 	admitted := wd.smp.admit()
-	if f.batchNo != wd.batchNo || len(wd.touched) == 0 {
+	if f.batchNo != wd.batchNo {
 		f.batchNo = wd.batchNo
 		wd.touched = append(wd.touched, f)
 	}
@@ -243,7 +258,9 @@ func workDuration(t comm.Timings) time.Duration {
 	if from.IsZero() {
 		from = t.Created
 	}
-	return t.Completed.Sub(from)
+	// Not Time.Sub, which checks for overflow at twice the cost: these
+	// are wall-clock times a few hours apart at most.
+	return time.Duration(t.Completed.UnixNano() - from.UnixNano())
 }
 
 // pollWorks reads the state of the Works in flight, in tracking order per
@@ -253,7 +270,7 @@ func workDuration(t comm.Timings) time.Duration {
 // publishes each busy group's newest Work (publishNewest) and flushes the
 // metrics. Each Work is read once, with no sort, map or allocation.
 func (wd *Watchdog) pollWorks(step bool) {
-	wd.newBatch(0)
+	wd.refreshSampling()
 	for _, n := range wd.fnames {
 		f := wd.flights[n]
 		// The core's actions (apply) may mark Works of f gone but never

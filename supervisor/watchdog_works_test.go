@@ -265,13 +265,95 @@ func TestWatchdogObservabilityAllocatesNothingPerOp(t *testing.T) {
 			if p := wd.core.groups["g"].local; p.Completed != op.FP.Seq || p.Launched != op.FP.Seq {
 				t.Fatalf("watermarks %+v, want launched and completed %d", p, op.FP.Seq)
 			}
-			// The counters folded from evicted slots, and a dump's.
-			if st := fr.groups["g"].status; st.LastCompleted != op.FP.Seq-256 || st.Evicted != op.FP.Seq-256 {
-				t.Fatalf("flight recorder status %+v, want completed and evicted %d", st, op.FP.Seq-256)
-			}
-			if st := fr.Dump("x").Groups[0]; st.LastCompleted != op.FP.Seq || st.LastEnqueued != op.FP.Seq {
-				t.Fatalf("dumped progress %+v, want enqueued and completed %d", st, op.FP.Seq)
+			if st := fr.Dump("x").Groups[0]; st.LastCompleted != op.FP.Seq || st.LastEnqueued != op.FP.Seq ||
+				st.Evicted != op.FP.Seq-256 {
+				t.Fatalf("dumped progress %+v, want enqueued and completed %d, evicted %d", st, op.FP.Seq, op.FP.Seq-256)
 			}
 		})
+	}
+}
+
+// TestWatchdogPublishesNewestOfEachBusyGroup: with a budget of one Work
+// for the whole batch, each of three groups whose Works interleave in one
+// inbox batch still gets its newest Work's completion published at the
+// tick (what `rankrunner events` shows); an idle group publishes nothing
+// at the next tick.
+func TestWatchdogPublishesNewestOfEachBusyGroup(t *testing.T) {
+	rec := &natsRecorder{}
+	clock := time.Unix(1000, 0)
+	pub := startPublisher(t, rec, actors.PublisherConfig{WorkEventRate: 3, Now: func() time.Time { return clock }})
+	wd := handWatchdog(t, WatchdogConfig{Events: pub})
+	groups := []string{"a", "b", "c"}
+	for _, g := range groups {
+		wd.handle(RegisterGroup{Spec: GroupSpec{Name: g, Members: []int{0}}})
+	}
+	const n = 100
+	for seq := uint64(1); seq <= n; seq++ {
+		for _, g := range groups {
+			wd.Track(g, fpAt(seq), 0, finishedWork(nil))
+		}
+	}
+	wd.drain()
+	wd.tick()
+	wd.tick() // idle: nothing more
+	if err := pub.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	newest := map[string]int{}
+	others := 0
+	for _, ev := range rec.events() {
+		if ev.Kind != actors.KindWork {
+			continue
+		}
+		if ev.Seq == n && ev.State == actors.StateCompleted {
+			newest[ev.Group]++
+		} else {
+			others++
+		}
+	}
+	for _, g := range groups {
+		if newest[g] != 1 {
+			t.Errorf("group %s: newest seq %d completed %d times, want once", g, n, newest[g])
+		}
+	}
+	if others > 3 {
+		t.Errorf("%d other work events, want at most the 3 of the one admitted Work", others)
+	}
+}
+
+// TestWatchdogDrainsFullBatchBeforeTick: at a high op rate the actor does
+// not hold a tick's worth of Works: the drainBatch-th Work tracked since
+// its last drain wakes it, and it takes the batch (publishing its events
+// here) long before its next tick (an hour away). Of 2 × drainBatch Works,
+// at least drainBatch are drained.
+func TestWatchdogDrainsFullBatchBeforeTick(t *testing.T) {
+	rec := &recorder{}
+	wd, err := NewWatchdog(WatchdogConfig{Rank: 0, Events: rec, Exit: rec.Exit,
+		Cfg: Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.Start(newSystem(), nil)
+	t.Cleanup(func() { _ = wd.Stop(5 * time.Second) })
+	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
+	for seq := uint64(1); seq <= 2*drainBatch; seq++ {
+		wd.Track("g", fpAt(seq), 0, finishedWork(nil))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, evs := rec.snapshot()
+		done := 0
+		for _, ev := range evs {
+			if ev.Kind == actors.KindWork && ev.State == actors.StateCompleted {
+				done++
+			}
+		}
+		if done >= drainBatch {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Works drained without a tick", done, drainBatch)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
