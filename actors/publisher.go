@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -465,6 +466,11 @@ func (p *EventPublisher) flush() {
 		return
 	}
 	for i := range batch {
+		if i > 0 && i%flushYield == 0 {
+			// A rank often runs on one thread (GOMAXPROCS=1): let the
+			// training goroutine run between stretches of encoding.
+			runtime.Gosched()
+		}
 		p.queued.Add(-1)
 		p.publish(&batch[i])
 		batch[i] = Event{}
@@ -479,6 +485,9 @@ func (p *EventPublisher) flush() {
 		p.qmu.Unlock()
 	}
 }
+
+// flushYield is how many events the actor publishes between yields.
+const flushYield = 16
 
 func (p *EventPublisher) publish(ev *Event) {
 	ev.SchemaVersion = EventSchemaVersion
