@@ -32,7 +32,9 @@ func obsSetup(b *testing.B, events, withMetrics bool) (*Watchdog, *FlightRecorde
 	}
 	cfg := WatchdogConfig{Rank: 0, Exit: func(int) {},
 		Cfg: Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: time.Hour}}
-	obsWire(&cfg, m)
+	if m != nil {
+		cfg.Metrics = m
+	}
 	if events || withMetrics {
 		pc := actors.PublisherConfig{Job: "bench"}
 		if !events {
