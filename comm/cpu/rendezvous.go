@@ -94,7 +94,28 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 		e.closeLinks(links)
 		return nil, err
 	}
+	setTCPWait(links, infos, e.opts.HostID)
 	return links, nil
+}
+
+// setTCPWait sets the wait policy of the TCP data links (transport.TCPWait)
+// from the CPU affinity of the group's ranks on this host: poll for
+// transport.SpinFor, yielding to other processes too when those ranks
+// outnumber their CPUs.
+func setTCPWait(links []transport.Link, infos []peerInfo, host string) {
+	var masks [][]int
+	for _, in := range infos {
+		if in.Host == host {
+			masks = append(masks, in.CPUs)
+		}
+	}
+	w := transport.TCPWait{Spin: transport.SpinFor}
+	w.Yield = transport.SpinBudget(len(masks), masks) == 0
+	for _, l := range links {
+		if t, ok := l.(*transport.TCPLink); ok {
+			t.SetWait(w)
+		}
+	}
 }
 
 // exchangeInfos publishes this rank's address (port on AdvertiseHost),
