@@ -30,15 +30,15 @@ type Mesh struct {
 	rank, size int
 	links      []Link // nil at rank
 	ctl        *Ctl
-	Spin       bool       // some link is polled by spinning
+	Spin       bool // some link is polled by spinning
 	// tcpWait is how a wait on TCP data links polls before it parks
 	// (TCPLink.SetWait), and tcpSince when the current wait began.
 	tcpWait  TCPWait
 	tcpSince time.Time
-	stash      [][]stashed
-	dirty      []bool // links sent to since the last Flush
-	Cur        OpCtx  // the op being executed (Begin)
-	anyNext    int    // rotates the first peer an any-source Recv polls
+	stash    [][]stashed
+	dirty    []bool // links sent to since the last Flush
+	Cur      OpCtx  // the op being executed (Begin)
+	anyNext  int    // rotates the first peer an any-source Recv polls
 	// Grp is the group segment (shm_group.go) or nil; with it the mesh
 	// also offers the slots of the one-step algorithms (mesh_flat.go).
 	Grp *ShmGroup
