@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"bufio"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -386,11 +385,11 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (t
 // newLink wraps an authenticated connection: a tcp data link, or an shm
 // link whose control channel is the connection.
 func (e *Engine) newLink(peer int, conn net.Conn, s *transport.ShmLink) transport.Link {
-	br := bufio.NewReaderSize(conn, 256<<10)
+	// The handshake read conn directly: nothing is buffered (nil reader).
 	if s == nil {
-		return transport.NewTCPLink(peer, conn, br, e.ctl, true)
+		return transport.NewTCPLink(peer, conn, nil, e.ctl, true)
 	}
-	s.Start(peer, e.ctl, transport.NewTCPLink(peer, conn, br, e.ctl, false))
+	s.Start(peer, e.ctl, transport.NewTCPLink(peer, conn, nil, e.ctl, false))
 	return s
 }
 

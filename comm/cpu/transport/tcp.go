@@ -187,9 +187,10 @@ type tcpJob struct {
 	written chan struct{} // if not nil, closed once the writer has written it
 }
 
-// NewTCPLink wraps an authenticated connection to peer (br reads it,
-// holding what the handshake buffered) and starts its reader and writer
-// goroutines; with data false it carries notices and liveness only.
+// NewTCPLink wraps an authenticated connection to peer and starts its
+// reader and writer goroutines; with data false it carries notices and
+// liveness only. br, if not nil, is a reader the handshake read conn
+// through: what it buffered is the start of the stream.
 func NewTCPLink(peer int, conn net.Conn, br *bufio.Reader, c *Ctl, data bool) *TCPLink {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)

@@ -386,9 +386,11 @@ func TestTCPLinkControlOnlyRejectsData(t *testing.T) {
 	}
 }
 
-// BenchmarkTCPLinkPingPong measures a round trip of a small message
-// between two TCP links of this process, each side polling as the
-// progress goroutine does (ns/op is one round trip).
+// BenchmarkTCPLinkPingPong measures a round trip of a message between two
+// TCP links of this process, each side polling as the progress goroutine
+// does (ns/op is one round trip). Run it with -cpu 1, as rankrunner runs
+// a rank: with more Ps than free CPUs both sides spin at once and the
+// figure measures the machine's scheduler instead.
 func BenchmarkTCPLinkPingPong(b *testing.B) {
 	for _, n := range []int{4, 4 << 10, 64 << 10} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
