@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"bufio"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -94,7 +93,28 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 		e.closeLinks(links)
 		return nil, err
 	}
+	setTCPWait(links, infos, e.opts.HostID)
 	return links, nil
+}
+
+// setTCPWait sets the wait policy of the TCP data links (transport.TCPWait)
+// from the CPU affinity of the group's ranks on this host: poll for
+// transport.SpinFor, yielding to other processes too when those ranks
+// outnumber their CPUs.
+func setTCPWait(links []transport.Link, infos []peerInfo, host string) {
+	var masks [][]int
+	for _, in := range infos {
+		if in.Host == host {
+			masks = append(masks, in.CPUs)
+		}
+	}
+	w := transport.TCPWait{Spin: transport.SpinFor}
+	w.Yield = transport.SpinBudget(len(masks), masks) == 0
+	for _, l := range links {
+		if t, ok := l.(*transport.TCPLink); ok {
+			t.SetWait(w)
+		}
+	}
 }
 
 // exchangeInfos publishes this rank's address (port on AdvertiseHost),
@@ -365,11 +385,11 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (t
 // newLink wraps an authenticated connection: a tcp data link, or an shm
 // link whose control channel is the connection.
 func (e *Engine) newLink(peer int, conn net.Conn, s *transport.ShmLink) transport.Link {
-	br := bufio.NewReaderSize(conn, 256<<10)
+	// The handshake read conn directly: nothing is buffered (nil reader).
 	if s == nil {
-		return transport.NewTCPLink(peer, conn, br, e.ctl, true)
+		return transport.NewTCPLink(peer, conn, nil, e.ctl, true)
 	}
-	s.Start(peer, e.ctl, transport.NewTCPLink(peer, conn, br, e.ctl, false))
+	s.Start(peer, e.ctl, transport.NewTCPLink(peer, conn, nil, e.ctl, false))
 	return s
 }
 

@@ -10,8 +10,11 @@
 //     read delivers into (copy, reduce, or segments), Ctl, the state every
 //     link of one engine shares (stop, wake-ups, notice handlers), and the
 //     backoff that paces polling.
-//   - tcp.go: TCPLink, over one authenticated TCP connection, with reader
-//     and writer goroutines; shm.go, shm_copy.go: ShmLink, two rings in a
+//   - tcp.go: TCPLink, over one authenticated TCP connection, whose poll
+//     reads the socket itself while the progress goroutine waits, with a
+//     reader goroutine for the rest of the time and a writer goroutine for
+//     queued sends, and TCPWait, how waits on TCP links poll before they
+//     park; shm.go, shm_copy.go: ShmLink, two rings in a
 //     shared-memory segment per pair of ranks on one host; inmem.go:
 //     InmemHub, the same rings in Go memory for ranks that are goroutines
 //     of one process (the counterpart of hashicorp/raft's
