@@ -41,11 +41,11 @@ func removeBells(seg string, n int) {
 
 // bells is one rank's ends of its group's doorbells.
 type bells struct {
-	own   *os.File        // this rank's FIFO, read through the netpoller
-	rc    syscall.RawConn // own's
-	drain func(fd uintptr) bool
-	fds   []int    // every rank's FIFO (this rank's too), written by ring
-	buf   [64]byte // what drain reads
+	own   *os.File              // this rank's FIFO, read through the netpoller
+	rc    syscall.RawConn       // own's
+	drain func(fd uintptr) bool // drainFD, bound once (no allocation per sleep)
+	fds   []int                 // every rank's FIFO (this rank's too), written by ring
+	buf   [64]byte              // what drain reads
 }
 
 // openBells opens the doorbells of n ranks beside seg as rank sees them.
@@ -102,8 +102,11 @@ func (b *bells) drainFD(fd uintptr) bool {
 	}
 }
 
-// close closes every end.
+// close closes every end (none for nil).
 func (b *bells) close() {
+	if b == nil {
+		return
+	}
 	if b.own != nil {
 		_ = b.own.Close()
 	}
@@ -117,9 +120,13 @@ func (b *bells) close() {
 // bellByte is what ring writes.
 var bellByte = [1]byte{1}
 
-// ring writes one byte to rank p's doorbell. A full pipe (EAGAIN) has
-// bytes its reader has not drained, which wake it all the same.
+// ring writes one byte to rank p's doorbell (nothing for nil: a group in
+// Go memory). A full pipe (EAGAIN) has bytes its reader has not drained,
+// which wake it all the same.
 func (b *bells) ring(p int) {
+	if b == nil {
+		return
+	}
 	_, _, _ = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(b.fds[p]), uintptr(unsafe.Pointer(&bellByte[0])), 1)
 }
 
