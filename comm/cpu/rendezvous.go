@@ -252,13 +252,11 @@ func (e *Engine) finishShm(links []transport.Link, infos []peerInfo, flat bool) 
 	return nil
 }
 
-// attachGroup makes the group segment the doorbell of every wait
-// (transport/shm_group.go) once the links are up, when the group spans processes.
-// A group whose ranks are all goroutines of this process (tests, the
-// inmem transport) keeps the backoff of transport/link.go, which yields to the Go
-// scheduler: a thread blocked in FUTEX_WAIT keeps its P until sysmon
-// takes it back (20 µs to 10 ms), while the peer it waits for may be a
-// goroutine queued on that very P.
+// attachGroup makes the group segment's doorbells the wake-up of every
+// wait (transport/shm_group.go, transport/doorbell_linux.go) once the
+// links are up, when the group spans processes. A group whose ranks are
+// all goroutines of this process (tests, the inmem transport) keeps the
+// backoff of transport/link.go, which yields to the Go scheduler.
 func (e *Engine) attachGroup() { e.ctl.UseDoorbell(e.grp) }
 
 func (e *Engine) closeLinks(links []transport.Link) {
