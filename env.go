@@ -57,8 +57,8 @@ const (
 	EnvHostID = envcontract.HostID
 	// EnvFlatThreshold sets the CPU engine's cpu.Options.FlatThreshold:
 	// the largest message in bytes of the one-step shared-memory
-	// algorithms (default 32 KiB; -1 turns them off). Every rank must see
-	// the same value.
+	// algorithms (default 32 KiB for 2 ranks, 128 KiB for 3 or more; -1
+	// turns them off). Every rank must see the same value.
 	EnvFlatThreshold = envcontract.FlatThreshold
 )
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,10 +91,9 @@ type Publisher interface {
 }
 
 // DefaultEventBuffer is the publisher's default bound on queued events.
-// With the drain that starts at a quarter full it absorbs the burst of
-// started/completed Work events the watchdog emits at each tick (100 ms):
-// 2 ranks doing back-to-back 4-byte allreduces (about 3 µs each, 3 events
-// per op) publish every event without a drop.
+// With the drain that starts at a quarter full it absorbs far more than
+// the watchdog's Work events of one tick, which the WorkEventRate budget
+// bounds before they are queued.
 const DefaultEventBuffer = 1 << 16
 
 // DefaultWorkEventRate is the default bound on successful Work events
@@ -134,7 +134,9 @@ type PublisherConfig struct {
 	// WorkEventRate bounds the successful Work events (scheduled, started,
 	// completed) published per second, as a token bucket holding one
 	// second's worth: beyond it they are sampled out, not queued, and
-	// counted (Sampled). Failed Works, events carrying an error,
+	// counted (Sampled). Emit takes a token per event; a batch emitter
+	// (the watchdog) takes many at once with WorkEventBudget and chooses
+	// which events to build. Failed Works, events carrying an error,
 	// completions that took SlowOp or longer and every other kind are
 	// always published. 0: DefaultWorkEventRate; negative: no bound.
 	WorkEventRate int
@@ -143,7 +145,9 @@ type PublisherConfig struct {
 	SlowOp time.Duration
 	// Tap, if set, sees every emitted event, before Level filters it (the
 	// rank's Prometheus metrics, internal/metrics). It runs on the
-	// emitter's goroutine and must be quick and non-blocking.
+	// emitter's goroutine, one call at a time, and must be quick and
+	// non-blocking; the *Event is valid only during the call (the
+	// publisher reuses it, so that tapping allocates nothing).
 	Tap func(*Event)
 }
 
@@ -179,6 +183,9 @@ type EventPublisher struct {
 	// Work-event sampling (PublisherConfig.WorkEventRate), under qmu.
 	tokens   float64
 	lastFill time.Time
+
+	tapMu sync.Mutex
+	tapEv Event // the copy of an event the Tap sees, under tapMu
 
 	queued     atomic.Int64
 	sampled    atomic.Uint64
@@ -256,14 +263,75 @@ func (p *EventPublisher) Start(system *actor.ActorSystem, parent Spawner) *actor
 func (p *EventPublisher) PID() *actor.PID { return p.pid }
 
 // Emit queues ev for publishing and returns at once. Events the level
-// filters out are ignored; events beyond the buffer, or emitted after Close,
-// are dropped and counted. Job, Rank and (if zero) Time are filled in.
+// filters out are ignored; successful Work events beyond WorkEventRate are
+// sampled out; events beyond the buffer, or emitted after Close, are
+// dropped and counted. Job, Rank and (if zero) Time are filled in.
 // Safe for concurrent use.
-func (p *EventPublisher) Emit(ev Event) {
-	if p.cfg.Tap != nil {
-		p.cfg.Tap(&ev)
+func (p *EventPublisher) Emit(ev Event) { p.emit(&ev, true) }
+
+// EmitBudgeted is Emit for a successful Work event that its emitter has
+// already sampled in, with a token of WorkEventBudget (or one it must
+// publish whatever the budget, as the watchdog does for each busy group's
+// newest Work at every tick): the event is not sampled again. Everything
+// else is as Emit (Tap, Level, buffer).
+func (p *EventPublisher) EmitBudgeted(ev Event) { p.emit(&ev, false) }
+
+// WorkBudget is what the publisher lets a batch emitter of Work events
+// (the watchdog, once per batch of Works) publish; see WorkEventBudget.
+type WorkBudget struct {
+	// On reports whether successful Work events are published at all
+	// (Level EventsAll, publisher not closed).
+	On bool
+	// Events is how many successful Work events the emitter may publish
+	// now with EmitBudgeted: the tokens it took from the WorkEventRate
+	// bucket (want when there is no bound).
+	Events int
+	// SlowOp is the duration from which a completed Work's event is
+	// published whatever the budget (PublisherConfig.SlowOp).
+	SlowOp time.Duration
+}
+
+// WorkEventBudget takes up to want tokens of the WorkEventRate bucket at
+// once, for an emitter that decides itself which of its successful Work
+// events go out (one call per batch instead of sampling in Emit per
+// event), and counts the rest as Sampled. Failed Works, errors and slow
+// completions need no token: the emitter publishes them with Emit. Safe
+// for concurrent use.
+func (p *EventPublisher) WorkEventBudget(want int) WorkBudget {
+	b := WorkBudget{SlowOp: p.cfg.SlowOp}
+	if p.cfg.Level != EventsAll || p.closed.Load() || p.pid == nil {
+		return b
 	}
-	if !p.cfg.Level.Allows(&ev) {
+	b.On = true
+	if want <= 0 {
+		return b
+	}
+	if p.cfg.WorkEventRate < 0 {
+		b.Events = want
+		return b
+	}
+	p.qmu.Lock()
+	p.refill()
+	n := min(want, int(p.tokens))
+	p.tokens -= float64(n)
+	p.qmu.Unlock()
+	b.Events = n
+	if n < want {
+		p.sampled.Add(uint64(want - n))
+	}
+	return b
+}
+
+// emit is Emit (sample) and EmitBudgeted (!sample). ev does not escape.
+func (p *EventPublisher) emit(ev *Event, sample bool) {
+	if tap := p.cfg.Tap; tap != nil {
+		p.tapMu.Lock()
+		p.tapEv = *ev
+		tap(&p.tapEv)
+		p.tapEv = Event{}
+		p.tapMu.Unlock()
+	}
+	if !p.cfg.Level.Allows(ev) {
 		return
 	}
 	if p.closed.Load() || p.pid == nil {
@@ -275,7 +343,7 @@ func (p *EventPublisher) Emit(ev Event) {
 		ev.Time = p.cfg.Now()
 	}
 	p.qmu.Lock()
-	if p.cfg.WorkEventRate > 0 && p.sampleOut(&ev) {
+	if sample && p.cfg.WorkEventRate > 0 && p.sampleOut(ev) {
 		p.qmu.Unlock()
 		p.sampled.Add(1)
 		return
@@ -288,7 +356,7 @@ func (p *EventPublisher) Emit(ev Event) {
 		}
 		return
 	}
-	p.queue = append(p.queue, ev)
+	p.queue = append(p.queue, *ev)
 	n := len(p.queue)
 	p.queued.Add(1)
 	p.qmu.Unlock()
@@ -299,7 +367,7 @@ func (p *EventPublisher) Emit(ev Event) {
 		// A burst (the watchdog's tick): drain it while it grows.
 		p.armed.Store(true)
 		p.system.Root.Send(p.pid, flushQueue{})
-	case IsErrorEvent(&ev):
+	case IsErrorEvent(ev):
 		p.armed.Store(true)
 		p.system.Root.Send(p.pid, flushQueue{})
 	case p.armed.CompareAndSwap(false, true):
@@ -314,6 +382,17 @@ func (p *EventPublisher) sampleOut(ev *Event) bool {
 		(ev.State == StateCompleted && ev.DurUS >= float64(p.cfg.SlowOp.Microseconds())) {
 		return false
 	}
+	p.refill()
+	if p.tokens < 1 {
+		return true
+	}
+	p.tokens--
+	return false
+}
+
+// refill adds the tokens earned since the last refill to the
+// WorkEventRate bucket (one second's worth at most). Called with qmu held.
+func (p *EventPublisher) refill() {
 	rate := float64(p.cfg.WorkEventRate)
 	now := p.cfg.Now()
 	if p.lastFill.IsZero() {
@@ -323,11 +402,6 @@ func (p *EventPublisher) sampleOut(ev *Event) bool {
 		p.tokens = min(rate, p.tokens+dt.Seconds()*rate)
 		p.lastFill = now
 	}
-	if p.tokens < 1 {
-		return true
-	}
-	p.tokens--
-	return false
 }
 
 // wake sends the actor a flush request (the flush timer's function).
@@ -392,6 +466,11 @@ func (p *EventPublisher) flush() {
 		return
 	}
 	for i := range batch {
+		if i > 0 && i%flushYield == 0 {
+			// A rank often runs on one thread (GOMAXPROCS=1): let the
+			// training goroutine run between stretches of encoding.
+			runtime.Gosched()
+		}
 		p.queued.Add(-1)
 		p.publish(&batch[i])
 		batch[i] = Event{}
@@ -406,6 +485,9 @@ func (p *EventPublisher) flush() {
 		p.qmu.Unlock()
 	}
 }
+
+// flushYield is how many events the actor publishes between yields.
+const flushYield = 16
 
 func (p *EventPublisher) publish(ev *Event) {
 	ev.SchemaVersion = EventSchemaVersion

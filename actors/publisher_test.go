@@ -408,3 +408,67 @@ func TestPublisherSamplesWorkEvents(t *testing.T) {
 		t.Errorf("sampled %d dropped %d, want 8 and 0", p.Sampled(), p.Dropped())
 	}
 }
+
+// TestPublisherWorkEventBudget: a batch emitter takes its successful Work
+// events from the same WorkEventRate bucket as Emit, counts the rest as
+// sampled, and publishes what it took with EmitBudgeted, which samples
+// nothing again; at level errors the budget is off.
+func TestPublisherWorkEventBudget(t *testing.T) {
+	rec := &recordingPublisher{}
+	now := time.Unix(1000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	p := newTestPublisher(t, rec, PublisherConfig{Job: "j", WorkEventRate: 10, SlowOp: time.Second, Now: clock})
+	if b := p.WorkEventBudget(4); !b.On || b.Events != 4 || b.SlowOp != time.Second {
+		t.Fatalf("first budget %+v, want on, 4 events, slow 1s", b)
+	}
+	if b := p.WorkEventBudget(10); b.Events != 6 {
+		t.Fatalf("second budget %+v, want the 6 tokens left", b)
+	}
+	if p.Sampled() != 4 {
+		t.Errorf("sampled %d, want the 4 events the budget refused", p.Sampled())
+	}
+	ok := func(seq uint64) Event { return Event{Kind: KindWork, Seq: seq, Op: "ALLREDUCE", State: StateCompleted} }
+	p.Emit(ok(1))         // no token left: sampled out
+	p.EmitBudgeted(ok(2)) // taken by a budget: published
+	mu.Lock()
+	now = now.Add(500 * time.Millisecond) // refills 5 tokens
+	mu.Unlock()
+	if b := p.WorkEventBudget(100); b.Events != 5 {
+		t.Errorf("budget after 500 ms %+v, want 5 events", b)
+	}
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if b := p.WorkEventBudget(3); b.On || b.Events != 0 {
+		t.Errorf("budget of a closed publisher %+v, want off", b)
+	}
+	_, evs := rec.events()
+	if len(evs) != 1 || evs[0].Seq != 2 {
+		t.Errorf("published %+v, want only the budgeted seq 2", evs)
+	}
+
+	errs := newTestPublisher(t, &recordingPublisher{}, PublisherConfig{Job: "j", Level: EventsErrors})
+	if b := errs.WorkEventBudget(3); b.On || b.Events != 0 {
+		t.Errorf("budget at level errors %+v, want off", b)
+	}
+	unbounded := newTestPublisher(t, &recordingPublisher{}, PublisherConfig{Job: "j", WorkEventRate: -1})
+	if b := unbounded.WorkEventBudget(1 << 20); b.Events != 1<<20 {
+		t.Errorf("budget without a bound %+v, want all", b)
+	}
+}
+
+// TestPublisherTapAllocatesNothing: emitting through a tap (the rank's
+// metrics) allocates nothing per event, and the tap sees the event.
+func TestPublisherTapAllocatesNothing(t *testing.T) {
+	var seen uint64
+	p := newTestPublisher(t, &recordingPublisher{}, PublisherConfig{Job: "j", Level: EventsOff,
+		Tap: func(ev *Event) { seen = ev.Seq }})
+	ev := Event{Kind: KindWatchdog, Seq: 7, Action: "x"}
+	if a := testing.AllocsPerRun(100, func() { p.Emit(ev) }); a != 0 {
+		t.Errorf("%v allocations per tapped event, want 0", a)
+	}
+	if seen != 7 {
+		t.Errorf("the tap saw seq %d, want 7", seen)
+	}
+}

@@ -1,47 +1,67 @@
 #!/usr/bin/env bash
-# bench-compare.sh: ranktree's CPU allreduce side by side with Gloo and Open MPI.
+# bench-compare.sh: ranktree's CPU collectives side by side with Gloo and Open MPI.
 #
-# A full sweep, in one run on this machine: float32 sum allreduce at every
-# size of SIZES (default 4 B..64 MiB, doubling) and every world size of
+# A full sweep, in one run on this machine: float32 collectives (sum where
+# they reduce) at every size of SIZES (default 4 B..64 MiB, doubling), every
+# collective of COLLECTIVES (default allreduce) and every world size of
 # WORLDS (default 2, 3 and 4 ranks), for (issue 15; the tables in
 # docs/benchmarks.md come from it):
-#   ranktree       examples/allreduce-bench under cmd/rankrunner, --transport shm and tcp
+#   ranktree       examples/allreduce-bench --collective C under cmd/rankrunner,
+#                  --transport shm and tcp
 #   ranktree-base  the same, built from git revision BASE_REV (only when BASE_REV
 #                  is set): a before/after comparison measured side by side
-#   gloo           torch.distributed, backend gloo, tcp:// store on 127.0.0.1 (scripts/bench/gloo_allreduce.py)
-#   openmpi        mpi4py Allreduce on numpy buffers under mpirun, default BTLs (shared memory)
-#                  (scripts/bench/mpi_allreduce.py)
+#   gloo           torch.distributed, backend gloo, tcp:// store on 127.0.0.1
+#                  (scripts/bench/gloo_allreduce.py --collective C: all_reduce,
+#                  all_gather_into_tensor or all_gather, reduce_scatter_tensor,
+#                  broadcast; a call the installed torch's Gloo refuses is listed
+#                  under "Not measured" in results.md)
+#   openmpi        mpi4py on numpy buffers under mpirun, default BTLs (shared memory)
+#                  (scripts/bench/mpi_allreduce.py --collective C: Allreduce in place,
+#                  Allgather, Reduce_scatter_block, Bcast)
+#   late           (LATE=1) allreduce-bench --late-rank 1 --late-us LATE_US, shm, 2
+#                  ranks: the waiting rank's CPU % and wake-up latency per size
 #   launch         go test -bench Launch ./actors/ (actor launch overhead; LAUNCH_BENCH=1)
 #   baseline       memcpy and one loopback TCP stream of the largest size, before and
 #                  after the peers (scripts/bench/baseline.py), to show what the load left
 # Every peer is timed the same way as allreduce-bench: warm-up, barrier, timed
-# in-place allreduces, slowest rank per iteration (Max allreduce); each
-# record has the mean (mean_us, what Open MPI's scripts report, tails
-# included), median (time_us, p50_us) and p90 (p90_us) of those times;
-# ranktree's also has the CPU each rank ran on (placement). The peers run
-# round-robin, ROUNDS times, for each world size in turn; the summary gives
-# per size the median over rounds of the per-round mean, the best round,
-# and ranktree / Open MPI. uptime is recorded before and after.
+# ops back to back, slowest rank per iteration (Max allreduce); each record
+# has the mean (mean_us, what Open MPI's scripts report, tails included; the
+# headline), median (time_us, p50_us) and p90 (p90_us) of those times;
+# ranktree's also has the CPU each rank ran on (placement). A size S means
+# the same for every peer (nccl-tests'; allreduce-bench's Layout and
+# scripts/bench/common.py layout()): the buffer of allreduce and broadcast,
+# the gathered output of allgather, the input of reducescatter, the float32
+# count rounded down to a multiple of n for the last two. The peers run
+# round-robin, ROUNDS times (each a separate launch), for each world size in
+# turn; the summary gives per collective, world and size the median over
+# rounds of the per-round mean, the best round, p50/p90, ranktree / Open
+# MPI, and the stability (median / best round, flagged above 1.5x). uptime
+# is recorded before and after.
 #
 # Usage: scripts/bench-compare.sh [OUTDIR]
 #   OUTDIR defaults to ${TMPDIR:-/tmp}/ranktree-bench-<UTC time>. It receives
 #   results.md, results.json, meta.json, raw/records.jsonl (one JSON record
-#   per peer, transport, world, size and round), raw/baseline.jsonl,
-#   raw/launch.txt and raw/*.log.
+#   per collective, peer, transport, world, size and round), raw/late.jsonl
+#   (LATE=1), raw/baseline.jsonl, raw/launch.txt and raw/*.log.
 #
 # Environment (defaults in brackets):
 #   PY            python with torch, mpi4py, numpy [/usr/bin/python3: Debian's,
 #                 not a pyenv/venv python, which lacks python3-torch]
 #   SIZES ["4..64MiB"]  comma-separated sizes, "A..B" doubling
+#   COLLECTIVES ["allreduce"]: any of "allreduce allgather reducescatter broadcast"
 #   WORLDS ["2 3 4"]    ROUNDS [3]   TRANSPORTS ["shm tcp"]
 #   ITERS_SMALL [1000] WARMUP_SMALL [100]: sizes below 1 MiB
 #   ITERS_LARGE [20] WARMUP_LARGE [3]: sizes from 1 MiB
 #   PEERS ["ranktree gloo openmpi"]   BASE_REV [unset]: adds ranktree-base
+#   LATE [0; 1: the late-arrival pass]  LATE_SIZES [$SIZES]  LATE_ITERS [20]
+#   LATE_WARMUP [3]  LATE_US [5000]  LATE_ROUNDS [1]
 #   LAUNCH_BENCH [0: skip the actors benchmark]  LAUNCH_COUNT [3]
 #   NO_INSTALL [unset: apt-get install what is missing]
 #   MPI_BINDS ["default"]: one Open MPI run per entry, "default" with
 #                 mpirun's own binding (a core per rank), others as --bind-to X
 #   NOTES: free text for meta.json (what else ran on the machine)
+#
+# The helpers' tests: /usr/bin/python3 -m unittest discover -s scripts/bench -p 'test_*.py'
 #
 # Missing peers are installed with apt-get (python3-torch, openmpi-bin,
 # python3-mpi4py; root or sudo needed). Not part of CI: a full sweep takes
@@ -67,6 +87,13 @@ LAUNCH_BENCH=${LAUNCH_BENCH:-0}
 LAUNCH_COUNT=${LAUNCH_COUNT:-3}
 RUN_TIMEOUT=${RUN_TIMEOUT:-600}
 MPI_BINDS=${MPI_BINDS:-default}
+COLLECTIVES=${COLLECTIVES:-allreduce}
+LATE=${LATE:-0}
+LATE_SIZES=${LATE_SIZES:-$SIZES}
+LATE_ITERS=${LATE_ITERS:-20}
+LATE_WARMUP=${LATE_WARMUP:-3}
+LATE_US=${LATE_US:-5000}
+LATE_ROUNDS=${LATE_ROUNDS:-1}
 
 log() { printf '[bench-compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -92,34 +119,38 @@ install_peers() {
 	fi
 }
 
-# record PEER TRANSPORT ROUND LOG: appends LOG's rank-0 JSON records, tagged
-# with the peer, transport, round and world size.
+# record PEER TRANSPORT ROUND COLLECTIVE LOG [DEST]: appends LOG's rank-0
+# JSON records to DEST (raw/records.jsonl), tagged with the peer, transport,
+# round, collective and world size.
 record() {
-	if ! "$PY" "$BENCH/tag.py" --set "peer=$1" --set "transport=$2" --set "round=$3" --set "world=$NPROC" \
-		<"$4" >>"$OUT/raw/records.jsonl"; then
-		log "no results from $1/$2 round $3; see $4"
-		tail -5 "$4" >&2 || true
+	if ! "$PY" "$BENCH/tag.py" --set "peer=$1" --set "transport=$2" --set "round=$3" --set "collective=$4" \
+		--set "world=$NPROC" --sizes "$SMALL_SIZES,$LARGE_SIZES" <"$5" >>"${6:-$OUT/raw/records.jsonl}"; then
+		log "no results from $1/$2 $4 round $3; see $5"
+		tail -5 "$5" >&2 || true
 	fi
 }
 
-# ranktree_with NAME BINDIR ROUND: allreduce-bench from BINDIR, every transport.
+# ranktree_with NAME BINDIR ROUND: allreduce-bench from BINDIR, every
+# collective and transport.
 ranktree_with() {
-	local tr
-	for tr in $TRANSPORTS; do
-		local lg="$OUT/raw/$1-$tr-w$NPROC-r$3.log"
-		: >"$lg"
-		log "$1 $tr, $NPROC ranks, round $3"
-		if [ -n "$SMALL_SIZES" ]; then
-			timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
-				--collective allreduce --op sum --dtype float32 --sizes "$SMALL_SIZES" \
-				--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" --json >>"$lg" 2>&1 || true
-		fi
-		if [ -n "$LARGE_SIZES" ]; then
-			timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
-				--collective allreduce --op sum --dtype float32 --sizes "$LARGE_SIZES" \
-				--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" --json >>"$lg" 2>&1 || true
-		fi
-		record "$1" "$tr" "$3" "$lg"
+	local tr coll
+	for coll in $COLLECTIVES; do
+		for tr in $TRANSPORTS; do
+			local lg="$OUT/raw/$1-$coll-$tr-w$NPROC-r$3.log"
+			: >"$lg"
+			log "$1 $coll $tr, $NPROC ranks, round $3"
+			if [ -n "$SMALL_SIZES" ]; then
+				timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
+					--collective "$coll" --op sum --dtype float32 --sizes "$SMALL_SIZES" \
+					--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" --json >>"$lg" 2>&1 || true
+			fi
+			if [ -n "$LARGE_SIZES" ]; then
+				timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
+					--collective "$coll" --op sum --dtype float32 --sizes "$LARGE_SIZES" \
+					--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" --json >>"$lg" 2>&1 || true
+			fi
+			record "$1" "$tr" "$3" "$coll" "$lg"
+		done
 	done
 }
 
@@ -130,25 +161,43 @@ peer_flags=(--sizes "$SIZES" --iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL"
 	--large-iters "$ITERS_LARGE" --large-warmup "$WARMUP_LARGE")
 
 run_gloo() { # ROUND
-	local lg="$OUT/raw/gloo-w$NPROC-r$1.log"
-	log "gloo, $NPROC ranks, round $1"
-	timeout "$RUN_TIMEOUT" "$PY" "$BENCH/gloo_allreduce.py" --nproc "$NPROC" "${peer_flags[@]}" >"$lg" 2>&1 || true
-	record gloo "tcp" "$1" "$lg"
+	local coll
+	for coll in $COLLECTIVES; do
+		local lg="$OUT/raw/gloo-$coll-w$NPROC-r$1.log"
+		log "gloo $coll, $NPROC ranks, round $1"
+		timeout "$RUN_TIMEOUT" "$PY" "$BENCH/gloo_allreduce.py" --nproc "$NPROC" --collective "$coll" \
+			"${peer_flags[@]}" >"$lg" 2>&1 || true
+		record gloo "tcp" "$1" "$coll" "$lg"
+	done
 }
 
 run_openmpi() { # ROUND
-	local bind
+	local bind coll
 	for bind in $MPI_BINDS; do
-		local lg="$OUT/raw/openmpi-$bind-w$NPROC-r$1.log" flags=() label=${OMPI_MCA_btl:-shm}
-		if [ "$bind" != default ]; then
-			flags=(--bind-to "$bind")
-			label="$label, --bind-to $bind"
-		fi
-		log "openmpi ($label), $NPROC ranks, round $1"
-		timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$NPROC" "${flags[@]}" \
-			"$PY" "$BENCH/mpi_allreduce.py" "${peer_flags[@]}" >"$lg" 2>&1 || true
-		record openmpi "$label" "$1" "$lg"
+		for coll in $COLLECTIVES; do
+			local lg="$OUT/raw/openmpi-$bind-$coll-w$NPROC-r$1.log" flags=() label=${OMPI_MCA_btl:-shm}
+			if [ "$bind" != default ]; then
+				flags=(--bind-to "$bind")
+				label="$label, --bind-to $bind"
+			fi
+			log "openmpi $coll ($label), $NPROC ranks, round $1"
+			timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$NPROC" "${flags[@]}" \
+				"$PY" "$BENCH/mpi_allreduce.py" --collective "$coll" "${peer_flags[@]}" >"$lg" 2>&1 || true
+			record openmpi "$label" "$1" "$coll" "$lg"
+		done
 	done
+}
+
+# run_late ROUND: allreduce-bench's late-arrival mode, 2 ranks over shm:
+# rank 1 launches every timed iteration LATE_US late; the records (waiting
+# rank's CPU %, wake-up latency per size) go to raw/late.jsonl.
+run_late() {
+	local lg="$OUT/raw/late-r$1.log" NPROC=2
+	log "late arrival: rank 1 ${LATE_US} us late, shm, 2 ranks, round $1"
+	timeout "$RUN_TIMEOUT" "$OUT/bin/rankrunner" --nproc-per-node 2 "$OUT/bin/allreduce-bench" \
+		--collective allreduce --op sum --dtype float32 --sizes "$LATE_SIZES" --iters "$LATE_ITERS" \
+		--warmup "$LATE_WARMUP" --transport shm --late-rank 1 --late-us "$LATE_US" --json >"$lg" 2>&1 || true
+	record ranktree shm "$1" allreduce "$lg" "$OUT/raw/late.jsonl"
 }
 
 run_baseline() { # WHEN
@@ -172,6 +221,7 @@ write_meta() {
 		GITREV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
 		NOTES="${NOTES:-}" DATE="$START" NPROCS="$(nproc)" HOST="$(hostname)" OUTDIR="$OUT" \
 		WORLD="${WORLDS%% *}" WORLDS="$WORLDS" SIZES="$SIZES" BASE_REV="$BASE_REV" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
+		COLLS="$COLLECTIVES" LATE="$LATE" LATE_SETTINGS="sizes $LATE_SIZES, $LATE_ITERS iters + $LATE_WARMUP warm-up, $LATE_US us, $LATE_ROUNDS rounds" \
 		"$PY" - <<'PYEOF'
 import json, os
 e = os.environ
@@ -183,6 +233,7 @@ meta = {
     "worlds": e["WORLDS"], "sizes": e["SIZES"], "base_rev": e["BASE_REV"],
     "iters_small": int(e["IS"]), "warmup_small": int(e["WS"]),
     "iters_large": int(e["IL"]), "warmup_large": int(e["WL"]), "notes": e["NOTES"],
+    "collectives": e["COLLS"], "late": e["LATE_SETTINGS"] if e["LATE"] == "1" else "",
 }
 with open(os.path.join(e["OUTDIR"], "meta.json"), "w") as f:
     json.dump(meta, f, indent=2)
@@ -192,6 +243,7 @@ PYEOF
 
 mkdir -p "$OUT/raw" "$OUT/bin"
 : >"$OUT/raw/records.jsonl"
+: >"$OUT/raw/late.jsonl"
 : >"$OUT/raw/baseline.jsonl"
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 UPTIME_BEFORE=$(uptime)
@@ -204,6 +256,16 @@ s = common.parse_sizes(sys.argv[2]); a, b = common.split_sizes(s)
 print(",".join(map(str, a)) or "-", ",".join(map(str, b)) or "-", max(s))' "$BENCH" "$SIZES")
 [ "$SMALL_SIZES" = - ] && SMALL_SIZES=
 [ "$LARGE_SIZES" = - ] && LARGE_SIZES=
+
+for coll in $COLLECTIVES; do
+	case $coll in
+	allreduce | allgather | reducescatter | broadcast) ;;
+	*)
+		log "COLLECTIVES: unknown collective $coll (want allreduce, allgather, reducescatter or broadcast)"
+		exit 2
+		;;
+	esac
+done
 
 case " $PEERS " in
 *" gloo "* | *" openmpi "*)
@@ -240,6 +302,16 @@ for NPROC in $WORLDS; do
 		done
 	done
 done
+
+if [ "$LATE" = 1 ]; then
+	if [[ " $PEERS " == *" ranktree "* ]]; then
+		for ((round = 1; round <= LATE_ROUNDS; round++)); do
+			run_late "$round"
+		done
+	else
+		log "LATE=1 needs the ranktree peer (its build failed or PEERS lacks it); no late pass"
+	fi
+fi
 
 run_baseline after
 

@@ -9,7 +9,8 @@
 // HeartbeatCore.Observe take events with time as an argument and return
 // Actions; Watchdog and HeartbeatMonitor are the protoactor actors that feed
 // them and carry the actions out. Files: config.go (Config, ConfigFromEnv),
-// flightrecorder.go, merge.go, watchdog_core.go, watchdog.go, heartbeat.go,
+// flightrecorder.go, merge.go, watchdog_core.go, watchdog.go (the actor),
+// watchdog_works.go (its pass over Works: events, metrics), heartbeat.go,
 // root.go, restart.go (epoch agreement), dumpservice.go (dumps over NATS),
 // rank.go (all of it wired for one rank).
 //
@@ -26,7 +27,8 @@
 //  4. Start the event publisher (actors.NewEventPublisher with
 //     Level: cfg.Events) under root; ServeDumps(nc, job, rank, rec, dumper, log).
 //  5. wd, _ := NewWatchdog(WatchdogConfig{Rank, Cfg: cfg, Store, Dumper: dumper,
-//     Events: publisher, Exit}); wd.Start(system, root); then
+//     Events: publisher, Metrics: workMetrics (optional), Exit});
+//     wd.Start(system, root); then
 //     NewHeartbeatMonitor(HeartbeatConfig{Beat: wd.Heartbeat(), Timeout:
 //     cfg.HeartbeatTimeout, Dumper, Exit}).Start(system, root).
 //  6. Per communicator (group × epoch): rec.AddGroup(name, epoch, groupRank,

@@ -108,10 +108,15 @@ type RecorderConfig struct {
 //
 // Each group's ring is allocated once, at the group's first record or
 // AddGroup: a slot holds the op's raw identity (fingerprint, type, timeout,
-// creation time, Work) and its buffer lengths inline, and Record only
-// copies those in, so recording an op allocates nothing (ops with more than
-// slotCounts buffers reuse the slot's overflow slice once it is big
-// enough). Entries, with their strings and shapes, are built at Dump time.
+// Work) and its buffer lengths inline, and Record only copies those in, so
+// recording an op allocates nothing (ops with more than slotCounts buffers
+// reuse the slot's overflow slice once it is big enough) and converts
+// nothing: no time, no string. The group's progress counters outlive
+// eviction: a slot's progress is folded into them from the slot itself
+// (its Work's state), as soon as its Work has ended while the slot is
+// recent and still in the CPU's caches (foldEnded), else when it is
+// evicted. Entries, with their strings, times and shapes, are built at
+// Dump time.
 type FlightRecorder struct {
 	mu     sync.Mutex
 	cfg    RecorderConfig
@@ -119,36 +124,30 @@ type FlightRecorder struct {
 	groups map[string]*ring
 }
 
-// slotCounts is how many buffer lengths a slot holds without allocating.
-const slotCounts = 4
+// slotCounts is how many buffer lengths a slot holds inline (an op's
+// input and output buffer); more go to the ring's overflow slices.
+const slotCounts = 2
 
 // slot is one recorded op, in the raw form Record copies (see
-// FlightRecorder); entryState and entryNow turn it into an Entry.
+// FlightRecorder); entryState and entryNow turn it into an Entry. It holds
+// only what every record needs, in 120 bytes (two cache lines: a full
+// ring's oldest slot, which Record overwrites, has long left the caches).
 type slot struct {
 	id      uint64
-	group   string
+	w       *comm.Work   // nil: a record without a Work, whose state is in man
+	man     *manualState // the state of a record without a Work (SetState)
 	fp      comm.Fingerprint
-	typ     comm.OpType
 	timeout time.Duration
-	created int64      // Unix ns
-	w       *comm.Work // nil: state as recorded by SetState below
-	nIn     int        // counts[:nIn] are inputs, the rest outputs
-	n       int        // number of buffer lengths
+	nIn, n  int32 // counts[:nIn] are inputs, the rest outputs; n buffer lengths in all
+	typ     comm.OpType
 	inline  [slotCounts]int64
-	more    []int64 // the lengths when n > slotCounts (kept across laps)
-
-	// Entries without a Work (SetState).
-	state              string
-	started, completed int64
-	err                string
 }
 
-// counts returns the slot's buffer lengths, inputs first.
-func (s *slot) counts() []int64 {
-	if s.n <= slotCounts {
-		return s.inline[:s.n]
-	}
-	return s.more[:s.n]
+// manualState is the state of a record without a Work, as SetState sets it.
+type manualState struct {
+	created, started, completed int64 // Unix ns
+	state                       string
+	err                         string
 }
 
 type ring struct {
@@ -156,6 +155,21 @@ type ring struct {
 	slots  []slot
 	next   int // index of the next write
 	n      int // live slots
+	// folded[i]: slot i's Work had ended when it was folded into status
+	// (foldEnded), so its eviction need not read the slot again.
+	folded []bool
+	// more[i] holds slot i's buffer lengths when they are more than
+	// slotCounts (nil until an op needs it; kept across laps).
+	more [][]int64
+}
+
+// counts returns slot i's buffer lengths, inputs first.
+func (g *ring) counts(i int) []int64 {
+	s := &g.slots[i]
+	if s.n <= slotCounts {
+		return s.inline[:s.n]
+	}
+	return g.more[i][:s.n]
 }
 
 // NewFlightRecorder returns an empty recorder.
@@ -187,7 +201,7 @@ func (r *FlightRecorder) ring(group string) *ring {
 	g := r.groups[group]
 	if g == nil {
 		n := max(r.cfg.Capacity, 0)
-		g = &ring{status: GroupStatus{Group: group, GroupRank: -1}, slots: make([]slot, n)}
+		g = &ring{status: GroupStatus{Group: group, GroupRank: -1}, slots: make([]slot, n), folded: make([]bool, n)}
 		r.groups[group] = g
 	}
 	return g
@@ -195,23 +209,22 @@ func (r *FlightRecorder) ring(group string) *ring {
 
 // Record adds a scheduled entry for op, launched on group with the given
 // deadline, and returns its record id. w (may be nil) is the op's Work,
-// which the recorder only reads; the entry's state and times follow it. For Send/Recv op.FP.Seq is the
-// P2P seq. It allocates nothing once the group's ring exists (see
-// FlightRecorder).
+// which the recorder only reads; the entry's state and times follow it
+// (without a Work, SetState sets them). For Send/Recv op.FP.Seq is the
+// P2P seq. With a Work it allocates nothing once the group's ring exists
+// (see FlightRecorder).
 func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
-	var created int64
-	if w != nil {
-		created = w.Timings().Created.UnixNano()
-	} else {
-		created = r.cfg.Now().UnixNano()
-	}
-	p2p := op.Type.IsP2P()
-
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.record(r.ring(group), op, w, timeout)
+}
+
+// record is Record into group ring g, with r.mu held.
+func (r *FlightRecorder) record(g *ring, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
+	p2p := op.Type.IsP2P()
+	group := g.status.Group
 	r.nextID++
 	id := r.nextID
-	g := r.ring(group)
 	epoch := op.FP.Epoch
 	if epoch > g.status.Epoch { // a restarted communicator: progress starts over
 		g.status = GroupStatus{Group: group, Epoch: epoch, GroupRank: g.status.GroupRank,
@@ -228,19 +241,56 @@ func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout
 	if len(g.slots) == 0 {
 		return id
 	}
+	i := g.next
 	if g.n == len(g.slots) {
-		g.fold(entryState(&g.slots[g.next]))
+		if !g.folded[i] {
+			g.foldSlot(&g.slots[i])
+		}
 		g.status.Evicted++
 	} else {
 		g.n++
 	}
-	s := &g.slots[g.next]
-	more := s.more
-	*s = slot{id: id, group: group, fp: op.FP, typ: op.Type, timeout: timeout, created: created, w: w,
-		state: actors.StateScheduled, more: more}
-	s.fillCounts(op)
-	g.next = (g.next + 1) % len(g.slots)
+	g.slots[i] = slot{id: id, fp: op.FP, typ: op.Type, timeout: timeout, w: w}
+	g.folded[i] = false
+	if w == nil {
+		g.slots[i].man = &manualState{created: r.cfg.Now().UnixNano(), state: actors.StateScheduled}
+	}
+	g.fillCounts(i, op)
+	g.foldEnded()
+	g.next = (i + 1) % len(g.slots)
 	return id
+}
+
+// foldBack are the distances back from the newest slot at which Record
+// looks for a Work that has ended, to fold it early (foldEnded): the
+// previous op (a caller that waits for each op) and one a few ops back
+// (ops launched in bursts, as DDP's buckets).
+var foldBack = [...]int{1, 16}
+
+// foldEnded folds the slots foldBack records before the newest one (at
+// g.next) into the group's counters if their Works have ended, and marks
+// them folded, so that their eviction, thousands of records later, need
+// not read their Works again: by then a Work has long left the CPU's
+// caches, and reading it cost a launch more than the rest of Record. The
+// counters are maxima and an ended Work's state is final, so folding it
+// early or at eviction gives the same counters.
+func (g *ring) foldEnded() {
+	for _, back := range foldBack {
+		if back >= g.n {
+			return
+		}
+		i := g.next - back
+		if i < 0 {
+			i += len(g.slots)
+		}
+		if g.folded[i] { // folded already: the slot need not be read
+			continue
+		}
+		if s := &g.slots[i]; s.w != nil && s.w.IsCompleted() {
+			g.foldSlot(s)
+			g.folded[i] = true
+		}
+	}
 }
 
 // SetState records a state change for an entry recorded without a Work
@@ -251,18 +301,19 @@ func (r *FlightRecorder) SetState(id uint64, state string, at time.Time, err err
 	for _, g := range r.groups {
 		for i := range g.slots {
 			s := &g.slots[i]
-			if s.id != id || s.w != nil {
+			if s.id != id || s.man == nil {
 				continue
 			}
-			s.state = state
+			m := s.man
+			m.state = state
 			switch state {
 			case actors.StateStarted:
-				s.started = at.UnixNano()
+				m.started = at.UnixNano()
 			case actors.StateCompleted, actors.StateFailed:
-				s.completed = at.UnixNano()
+				m.completed = at.UnixNano()
 			}
 			if err != nil {
-				s.err = err.Error()
+				m.err = err.Error()
 			}
 			return
 		}
@@ -270,20 +321,24 @@ func (r *FlightRecorder) SetState(id uint64, state string, at time.Time, err err
 }
 
 // fillCounts stores the element counts of op's input buffers followed by
-// its output buffers (children's included, in order) in s, and how many
-// are inputs. All buffers of an op share the fingerprint's dtype
+// its output buffers (children's included, in order) in slot i, and how
+// many are inputs. All buffers of an op share the fingerprint's dtype
 // (ProcessGroup validates it), so dtypes are not stored.
-func (s *slot) fillCounts(op *comm.Op) {
+func (g *ring) fillCounts(i int, op *comm.Op) {
 	nIn, n := countBufs(op)
-	s.nIn, s.n = nIn, n
+	s := &g.slots[i]
+	s.nIn, s.n = int32(nIn), int32(n)
 	var dst []int64
 	if n <= slotCounts {
 		dst = s.inline[:n]
 	} else {
-		if cap(s.more) < n {
-			s.more = make([]int64, n)
+		if g.more == nil {
+			g.more = make([][]int64, len(g.slots))
 		}
-		dst = s.more[:n]
+		if cap(g.more[i]) < n {
+			g.more[i] = make([]int64, n)
+		}
+		dst = g.more[i][:n]
 	}
 	in, out := 0, nIn
 	putCounts(op, dst, &in, &out)
@@ -292,12 +347,12 @@ func (s *slot) fillCounts(op *comm.Op) {
 // putCounts writes the lengths of op's and its children's buffers into
 // dst: inputs from *in on, outputs from *out on.
 func putCounts(op *comm.Op, dst []int64, in, out *int) {
-	for _, b := range op.In {
-		dst[*in] = int64(b.Len())
+	for i := range op.In {
+		dst[*in] = int64(op.In[i].Len())
 		*in++
 	}
-	for _, b := range op.Out {
-		dst[*out] = int64(b.Len())
+	for i := range op.Out {
+		dst[*out] = int64(op.Out[i].Len())
 		*out++
 	}
 	for _, ch := range op.Children {
@@ -327,24 +382,30 @@ func shapes(counts []int64, dtype string) ([][]int64, []string) {
 	return sizes, dts
 }
 
-// entryNow is s's entry with its buffer shapes, and state and times read
-// from its Work.
-func entryNow(s *slot) Entry {
-	e := entryState(s)
-	c := s.counts()
+// entryNow is slot i's entry with its buffer shapes, and state and times
+// read from its Work.
+func (g *ring) entryNow(i int) Entry {
+	s := &g.slots[i]
+	e := entryState(g.status.Group, s)
+	c := g.counts(i)
 	e.InputSizes, e.InputDTypes = shapes(c[:s.nIn], e.DType)
 	e.OutputSizes, e.OutputDTypes = shapes(c[s.nIn:], e.DType)
 	return e
 }
 
-// entryState is s's entry (without buffer shapes) with state and times
-// read from its Work.
-func entryState(s *slot) Entry {
+// entryState is the entry (without buffer shapes) of slot s of group, with
+// state and times read from its Work.
+func entryState(group string, s *slot) Entry {
 	fp := s.fp
-	e := Entry{RecordID: s.id, Group: s.group, Epoch: fp.Epoch, Op: s.typ.String(), IsP2P: s.typ.IsP2P(),
-		DType: fp.DType.String(), Count: fp.Count, Root: fp.Root, State: s.state,
-		TimeCreatedNS: s.created, TimeStartedNS: s.started, TimeCompletedNS: s.completed,
-		TimeoutMS: s.timeout.Milliseconds(), Error: s.err}
+	e := Entry{RecordID: s.id, Group: group, Epoch: fp.Epoch, Op: s.typ.String(), IsP2P: s.typ.IsP2P(),
+		DType: fp.DType.String(), Count: fp.Count, Root: fp.Root, TimeoutMS: s.timeout.Milliseconds()}
+	if m := s.man; m != nil {
+		e.State, e.TimeCreatedNS, e.TimeStartedNS, e.TimeCompletedNS, e.Error = m.state, m.created, m.started, m.completed, m.err
+	}
+	if s.w != nil {
+		e.State = actors.StateScheduled
+		e.TimeCreatedNS = s.w.Timings().Created.UnixNano()
+	}
 	if fp.RedOp != 0 {
 		e.RedOp = fp.RedOp.String()
 	}
@@ -376,6 +437,36 @@ func entryState(s *slot) Entry {
 		e.DurationMS = float64(e.TimeCompletedNS-from) / 1e6
 	}
 	return e
+}
+
+// foldSlot is fold(entryState(s)) without building the entry: it reads
+// the slot and its Work's state only (no time or string conversion), so
+// that evicting a slot on Record costs a few loads.
+func (g *ring) foldSlot(s *slot) {
+	st := &g.status
+	if s.fp.Epoch != st.Epoch {
+		return
+	}
+	var started, completed bool
+	if m := s.man; m != nil {
+		started, completed = m.started != 0, m.state == actors.StateCompleted
+	}
+	if s.w != nil {
+		completed = s.w.IsSuccess()
+		started = completed || !s.w.Timings().Started.IsZero()
+	}
+	if s.typ.IsP2P() {
+		if completed {
+			st.LastCompletedP2P = max(st.LastCompletedP2P, s.fp.Seq)
+		}
+		return
+	}
+	if started || completed {
+		st.LastStarted = max(st.LastStarted, s.fp.Seq)
+	}
+	if completed {
+		st.LastCompleted = max(st.LastCompleted, s.fp.Seq)
+	}
 }
 
 // fold advances the group's Last* counters with e (of the current epoch).
@@ -416,7 +507,7 @@ func (r *FlightRecorder) Dump(reason string) Dump {
 		snap := ring{status: g.status}
 		snap.status.Ranks = slices.Clone(g.status.Ranks)
 		for i := 0; i < g.n; i++ {
-			e := entryNow(&g.slots[(g.next-g.n+i+len(g.slots))%len(g.slots)])
+			e := g.entryNow((g.next - g.n + i + len(g.slots)) % len(g.slots))
 			snap.fold(e)
 			d.Entries = append(d.Entries, e)
 		}
@@ -564,12 +655,18 @@ func (d Dumper) Dump(ctx context.Context, reason string) error {
 // Observer returns the actors.Observer that records every op scheduled on
 // group's communicator. groupTimeout (may be nil) gives the group's current
 // default deadline, recorded for ops without their own.
+// The group's ring is looked up once, here (rings are never removed).
 func (r *FlightRecorder) Observer(group string, groupTimeout func() time.Duration) actors.Observer {
+	r.mu.Lock()
+	g := r.ring(group)
+	r.mu.Unlock()
 	return actors.ObserverFunc(func(op *comm.Op, p *comm.Promise) {
 		d := op.Timeout
 		if d <= 0 && groupTimeout != nil {
 			d = groupTimeout()
 		}
-		r.Record(group, op, p.Work(), d)
+		r.mu.Lock()
+		r.record(g, op, p.Work(), d)
+		r.mu.Unlock()
 	})
 }

@@ -3,11 +3,15 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/comm"
@@ -313,6 +317,26 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	}); a != 0 {
 		t.Fatalf("%v allocations per Record pair, want 0", a)
 	}
+	// Evicting the slots of finished Works, failed ones included (whose
+	// error text a dump shows), allocates nothing either.
+	done, failed := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
+	done.Complete(nil)
+	failed.Complete(errors.New("comm: boom"))
+	if a := testing.AllocsPerRun(100, func() {
+		r.Record("g", plain, done.Work(), time.Second)
+		r.Record("g", plain, failed.Work(), time.Second)
+	}); a != 0 {
+		t.Fatalf("%v allocations per Record pair evicting finished Works, want 0", a)
+	}
+	for range 8 {
+		r.Record("g", plain, p.Work(), time.Second)
+		r.Record("g", coal, p.Work(), time.Second)
+	}
+	// A slot stays within two cache lines: Record overwrites the ring's
+	// oldest, which has long left the CPU's caches.
+	if n := unsafe.Sizeof(slot{}); n > 128 {
+		t.Errorf("a slot takes %d bytes, more than two cache lines", n)
+	}
 	// The dump still lists each op's shapes, inputs then outputs.
 	d := r.Dump("test")
 	if len(d.Entries) != 16 {
@@ -340,5 +364,122 @@ func TestFlightRecorderRecordAllocs(t *testing.T) {
 	}
 	if d.Entries[0].InputSizes[0][0] != before {
 		t.Fatal("a dump's shapes changed when the ring was reused")
+	}
+}
+
+// TestFlightRecorderFoldSlotMatchesEntry: the progress an evicted slot
+// folds into its group's counters, read from the slot and its Work
+// (foldSlot, on Record), is the progress its dumped entry gives (fold of
+// entryState), for every state: Works scheduled, started, completed and
+// failed, collectives and P2P, entries without a Work driven by SetState,
+// and entries of an older epoch.
+func TestFlightRecorderFoldSlotMatchesEntry(t *testing.T) {
+	mk := func(started, done bool, err error) *comm.Work {
+		p := comm.NewPromise(comm.OpAllReduce)
+		if started {
+			p.MarkStarted()
+		}
+		if done {
+			p.Complete(err)
+		}
+		return p.Work()
+	}
+	boom := errors.New("boom")
+	works := []*comm.Work{nil, mk(false, false, nil), mk(true, false, nil), mk(true, true, nil), mk(false, true, nil),
+		mk(true, true, boom), mk(false, true, boom)}
+	noWork := []struct {
+		state     string
+		started   int64
+		completed int64
+	}{{actors.StateScheduled, 0, 0}, {actors.StateStarted, 5, 0}, {actors.StateCompleted, 5, 9},
+		{actors.StateFailed, 5, 9}, {actors.StateCompleted, 0, 9}}
+	for _, typ := range []comm.OpType{comm.OpAllReduce, comm.OpSend} {
+		for _, epoch := range []uint32{1, 2} {
+			for wi, w := range works {
+				for ni, nw := range noWork {
+					if w != nil && ni > 0 {
+						break // the SetState fields matter only without a Work
+					}
+					s := slot{id: 1, typ: typ, w: w, fp: comm.Fingerprint{Epoch: epoch, Seq: 7, Op: typ}}
+					if w == nil {
+						s.man = &manualState{state: nw.state, started: nw.started, completed: nw.completed}
+					}
+					a := ring{status: GroupStatus{Epoch: 2, LastStarted: 3, LastCompleted: 2, LastCompletedP2P: 1}}
+					b := a
+					a.foldSlot(&s)
+					b.fold(entryState("g", &s))
+					if !reflect.DeepEqual(a.status, b.status) {
+						t.Errorf("%v epoch %d work %d state %d: foldSlot %+v, fold(entry) %+v", typ, epoch, wi, ni, a.status, b.status)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestFlightRecorderEarlyFoldKeepsProgress: the progress a dump shows
+// (pg_status) while the recorder folds ended Works early (foldEnded)
+// equals, after every Record, that of folding each slot only at its
+// eviction (fold of its entry then) plus the live entries, under random
+// launch, start, completion, failure and epoch-bump patterns, for
+// collectives and P2P.
+func TestFlightRecorderEarlyFoldKeepsProgress(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 50 {
+		const capacity = 8
+		r := NewFlightRecorder(RecorderConfig{Capacity: capacity})
+		ref := ring{status: GroupStatus{Group: "g", GroupRank: -1}}
+		var live []slot // the reference ring, oldest first
+		var open []*comm.Promise
+		epoch, seq, p2pSeq := uint32(0), uint64(0), uint64(0)
+		for i := range 300 {
+			for _, p := range open { // advance some Works in flight
+				switch rng.IntN(6) {
+				case 0:
+					p.MarkStarted()
+				case 1:
+					p.MarkStarted()
+					p.Complete(nil)
+				case 2:
+					p.Complete(errors.New("boom"))
+				}
+			}
+			open = slices.DeleteFunc(open, func(p *comm.Promise) bool { return p.Work().IsCompleted() })
+			if rng.IntN(100) == 0 {
+				epoch, seq, p2pSeq = epoch+1, 0, 0
+			}
+			op := allreduceOp(0, 1)
+			if rng.IntN(4) == 0 {
+				p2pSeq++
+				op = &comm.Op{Type: comm.OpSend, Peer: 1, FP: comm.Fingerprint{Seq: p2pSeq, Op: comm.OpSend, DType: comm.Int32, Count: 1, Root: 1}}
+			} else {
+				seq++
+				op.FP.Seq = seq
+			}
+			op.FP.Epoch = epoch
+			p := comm.NewPromise(op.Type)
+			open = append(open, p)
+			r.Record("g", op, p.Work(), time.Second)
+
+			if epoch > ref.status.Epoch {
+				ref.status = GroupStatus{Group: "g", Epoch: epoch, GroupRank: -1, Evicted: ref.status.Evicted}
+			}
+			if len(live) == capacity {
+				ref.fold(entryState("g", &live[0]))
+				ref.status.Evicted++
+				live = live[1:]
+			}
+			live = append(live, slot{fp: op.FP, typ: op.Type, w: p.Work()})
+			got := r.Dump("x").Groups[0]
+			snap := ring{status: ref.status}
+			for i := range live {
+				snap.fold(entryState("g", &live[i]))
+			}
+			want := snap.status
+			want.LastEnqueued, want.LastEnqueuedP2P, want.Ranks = got.LastEnqueued, got.LastEnqueuedP2P, got.Ranks
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("trial %d record %d: counters %+v, folding at eviction gives %+v", trial, i, got, want)
+			}
+		}
 	}
 }

@@ -42,6 +42,9 @@ type RankConfig struct {
 	// RANKTREE_EVENTS says (actors.PublisherConfig.Tap; the rank's
 	// Prometheus metrics). With it, the publisher exists even with events off.
 	EventTap func(*actors.Event)
+	// WorkMetrics, if set, counts every Work's outcome exactly (the rank's
+	// Prometheus metrics; see WorkMetrics), fed by the watchdog.
+	WorkMetrics WorkMetrics
 }
 
 // Engine is what the watchdog needs of a communicator's engine (comm.Backend
@@ -113,7 +116,7 @@ func StartRank(system *actor.ActorSystem, cfg RankConfig) (*Rank, error) {
 		r.Events.Start(system, r.Root)
 	}
 	r.Watchdog, err = NewWatchdog(WatchdogConfig{Rank: cfg.Rank, Cfg: c, Store: cfg.Store, Dumper: dumper,
-		Events: sink, Exit: r.exit, Log: cfg.Log})
+		Events: sink, Metrics: cfg.WorkMetrics, Exit: r.exit, Log: cfg.Log})
 	if err != nil {
 		r.Close(time.Second)
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,7 +47,13 @@ type WatchdogConfig struct {
 	// peers' (nil: single-process, no propagation).
 	Store  store.Store
 	Dumper DumpWriter // nil: no dumps
-	Events EventSink  // nil: no events
+	// Events receives the watchdog's events (nil: none). A WorkEventSink
+	// (the rank's event publisher) lets the watchdog sample successful
+	// Work events per batch (see Watchdog).
+	Events EventSink
+	// Metrics, if set, counts every Work's outcome (the rank's Prometheus
+	// metrics); see WorkMetrics.
+	Metrics WorkMetrics
 	// Exit ends the process for ActTearDown (nil: os.Exit). The caller's
 	// Exit should flush the event publisher and logs first.
 	Exit func(code int)
@@ -71,8 +76,9 @@ type WatchdogConfig struct {
 //
 // The per-op path (Track, the Observer) costs O(1), allocates nothing in
 // steady state and wakes no goroutine: it appends the Work to the inbox, a
-// mutex-guarded list that the actor drains at its next tick and before
-// every other message, so the inbox keeps the order of Track against
+// mutex-guarded list that the actor drains at its next tick, before every
+// other message and, at a high op rate, every drainBatch Works (one wake
+// per batch), so the inbox keeps the order of Track against
 // Register, Deregister and SetTimeout (which do wake the actor). A Work is
 // thus seen at the latest one WatchdogInterval after it was scheduled (its
 // scheduled event is published then, stamped with its creation time); its
@@ -81,10 +87,24 @@ type WatchdogConfig struct {
 // actor too, so a Work launched on it fails at once (c10d fails such Works
 // immediately).
 //
-// At a tick the actor reads each tracked Work's state once, in tracking
-// order per group, to publish its events and move the core's watermarks,
-// and forgets finished Works; no sort, map or allocation per Work. The
-// core's deadline check then costs O(groups) (see WatchdogCore).
+// At the drain, a Work that has already completed successfully (at a high
+// op rate, nearly all of them) never enters the core's map or deadline
+// heap: only its group's sequence watermarks move (WatchdogCore.Finished)
+// and its metrics are counted (WorkMetrics). Other Works go under the
+// core's deadline; at each tick the actor reads each of them once, in
+// tracking order per group, and forgets finished ones. No sort, map or
+// allocation per Work, and the actor yields the thread every yieldBatch
+// Works. The core's deadline check costs O(groups) (see WatchdogCore).
+//
+// Events: failed Works, errors and every watchdog action are always
+// published. Successful Work events (scheduled, started, completed) are
+// sampled: with a WorkEventSink, the actor takes one budget per inbox
+// batch (WorkEventBudget) and publishes all events of an evenly spread
+// share of the batch's Works, building no Event for the others; a
+// completion that took SlowOp or more always goes out, and at each tick
+// the newest Work of every busy group is published (publishNewest), so
+// that `rankrunner events` always shows each group's latest seq. With a
+// plain EventSink every Work event is published. See docs/events.md.
 type Watchdog struct {
 	cfg  WatchdogConfig
 	core *WatchdogCore
@@ -98,10 +118,16 @@ type Watchdog struct {
 	spare   []inMsg     // the actor's emptied last batch, the next inbox (actor only)
 	aborted atomic.Bool // some group is aborted: Track wakes the actor
 
+	wsink WorkEventSink // cfg.Events, if it budgets Work events
+
 	// Owned by the actor.
 	nextID   WorkID
 	flights  map[string]*flight // group → its tracked Works
 	fnames   []string           // the keys of flights, sorted
+	lastF    *flight            // the flight last looked up (ops come in runs of one group)
+	smp      sampling           // the successful-Work-event budget of the current batch
+	touched  []*flight          // the flights with Works in the current batch
+	batchNo  uint64             // the current batch's number (from 1; a new flight has 0)
 	groups   map[string]*watchedGroup
 	running  bool
 	cancel   context.CancelFunc
@@ -116,40 +142,6 @@ type Watchdog struct {
 type inMsg struct {
 	track TrackWork
 	ctl   any
-}
-
-type watched struct {
-	id      WorkID
-	p       *comm.Promise // the watchdog fails the Work through it
-	group   string
-	epoch   uint32
-	fp      comm.Fingerprint
-	started bool
-	gone    bool // finished or dropped: removed at the group's next compaction
-}
-
-// flight is one group's tracked Works, in tracking (id) order.
-type flight struct{ ws []watched }
-
-// find is the tracked Work id, or nil.
-func (f *flight) find(id WorkID) *watched {
-	i, ok := slices.BinarySearchFunc(f.ws, id, func(w watched, id WorkID) int { return cmpU64(uint64(w.id), uint64(id)) })
-	if !ok {
-		return nil
-	}
-	return &f.ws[i]
-}
-
-// compact removes gone Works, keeping the order and the slice's memory.
-func (f *flight) compact() {
-	keep := f.ws[:0]
-	for _, w := range f.ws {
-		if !w.gone {
-			keep = append(keep, w)
-		}
-	}
-	clear(f.ws[len(keep):])
-	f.ws = keep
 }
 
 type watchedGroup struct {
@@ -210,7 +202,9 @@ func NewWatchdog(cfg WatchdogConfig) (*Watchdog, error) {
 		cfg.Now = time.Now
 	}
 	core := NewWatchdogCore(CoreConfig{Rank: cfg.Rank, Mode: c.ErrorHandling, Timeout: c.Timeout, ProgressInterval: cfg.ProgressInterval})
-	return &Watchdog{cfg: cfg, core: core, flights: map[string]*flight{}, groups: map[string]*watchedGroup{}}, nil
+	wd := &Watchdog{cfg: cfg, core: core, flights: map[string]*flight{}, groups: map[string]*watchedGroup{}, batchNo: 1}
+	wd.wsink, _ = cfg.Events.(WorkEventSink)
+	return wd, nil
 }
 
 // Heartbeat is the counter the watchdog beats; hand it to the HeartbeatMonitor.
@@ -267,16 +261,24 @@ func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
 // Track puts p's Work (fingerprint fp, per-op timeout or 0) under the
 // watchdog, which fails it through p at its deadline. It never blocks,
 // allocates nothing in steady state and, unless a group is aborted, wakes
-// no goroutine: the watchdog picks the Work up, and publishes its
-// scheduled event, at its next tick (see Watchdog).
+// no goroutine but once every drainBatch Works: the watchdog picks the
+// Work up at its next tick or drain (see Watchdog).
 func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, p *comm.Promise) {
 	wd.inMu.Lock()
 	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}})
+	n := len(wd.inbox)
 	wd.inMu.Unlock()
-	if wd.aborted.Load() {
+	if (n == drainBatch || wd.aborted.Load()) && wd.pid != nil {
 		wd.system.Root.Send(wd.pid, watchdogDrain{})
 	}
 }
+
+// drainBatch is how many tracked Works wake the actor before its tick: at a
+// high op rate it then drains them in batches of this size, while they
+// are still in the CPU's caches, instead of holding a tick's worth (tens
+// of thousands of Works, megabytes the GC must mark) until the tick. One
+// wake per drainBatch ops.
+const drainBatch = 1024
 
 // post appends control message m to the inbox; wake sends the actor a
 // drain message.
@@ -301,15 +303,17 @@ func (wd *Watchdog) drain() {
 		if len(batch) == 0 {
 			return
 		}
+		wd.newBatch(len(batch))
 		for i := range batch {
 			yieldEvery(i)
 			if m := &batch[i]; m.ctl != nil {
 				wd.handle(m.ctl)
 			} else {
-				wd.track(m.track)
+				wd.track(&m.track, i)
 			}
-			batch[i] = inMsg{}
 		}
+		wd.noteNewest(batch)
+		clear(batch)
 		wd.spare = batch[:0]
 	}
 }
@@ -398,6 +402,7 @@ func (wd *Watchdog) handle(msg any) {
 		delete(wd.groups, m.Group)
 		if _, ok := wd.flights[m.Group]; ok {
 			delete(wd.flights, m.Group)
+			wd.lastF = nil
 			if i, ok := slices.BinarySearch(wd.fnames, m.Group); ok {
 				wd.fnames = slices.Delete(wd.fnames, i, i+1)
 			}
@@ -405,8 +410,11 @@ func (wd *Watchdog) handle(msg any) {
 		wd.apply(wd.core.Step(EvRemoveGroup{Group: m.Group}))
 	case SetGroupTimeout:
 		wd.apply(wd.core.Step(EvSetTimeout{Group: m.Group, Timeout: m.Timeout}))
-	case TrackWork:
-		wd.track(m)
+	case TrackWork: // sent as a message rather than through Track: a batch of one
+		batch := []inMsg{{track: m}}
+		wd.newBatch(1)
+		wd.track(&batch[0].track, 0)
+		wd.noteNewest(batch)
 	}
 }
 
@@ -452,23 +460,6 @@ func (wd *Watchdog) startLoops(ctx actor.Context) {
 	}
 }
 
-func (wd *Watchdog) track(m TrackWork) {
-	wd.nextID++
-	id := wd.nextID
-	f := wd.flights[m.Group]
-	if f == nil {
-		f = &flight{}
-		wd.flights[m.Group] = f
-		i, _ := slices.BinarySearch(wd.fnames, m.Group)
-		wd.fnames = slices.Insert(wd.fnames, i, m.Group)
-	}
-	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP})
-	wd.emitWork(&f.ws[len(f.ws)-1], actors.StateScheduled)
-	if acts := wd.core.Scheduled(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: m.Promise.Work().Timings().Created}); len(acts) > 0 {
-		wd.apply(acts)
-	}
-}
-
 // find is the tracked Work id, or nil.
 func (wd *Watchdog) find(id WorkID) *watched {
 	for _, n := range wd.fnames {
@@ -505,65 +496,6 @@ func (wd *Watchdog) tick() {
 	}
 	wd.apply(wd.core.Step(EvTick{Now: wd.cfg.Now()}))
 	wd.cfg.Heartbeat.Beat()
-}
-
-// pollWorks publishes the start and completion of tracked Works, in
-// tracking order per group, and forgets completed ones; with step it also
-// feeds them to the core (its watermarks) and carries out its actions.
-// Each Work is read once per tick, with no sort, map or allocation.
-func (wd *Watchdog) pollWorks(step bool) {
-	for _, n := range wd.fnames {
-		f := wd.flights[n]
-		// The core's actions (apply) may mark Works of f gone but never
-		// resize f.ws, so the pass may hold pointers into it.
-		for i := range f.ws {
-			yieldEvery(i)
-			tw := &f.ws[i]
-			if tw.gone {
-				continue
-			}
-			if !tw.started && !tw.p.Work().Timings().Started.IsZero() {
-				tw.started = true
-				wd.emitWork(tw, actors.StateStarted)
-				if step {
-					wd.core.Started(tw.id)
-				}
-			}
-			if tw.p.Work().IsCompleted() {
-				tw.gone = true
-				err := tw.p.Work().Err()
-				wd.emitWork(tw, stateOf(err))
-				if step {
-					if acts := wd.core.Completed(tw.id, err); len(acts) > 0 {
-						wd.apply(acts)
-					}
-				}
-			}
-		}
-		f.compact()
-	}
-}
-
-// yieldBatch is how many Works the actor handles between yields.
-const yieldBatch = 256
-
-// yieldEvery lets other goroutines run after every yieldBatch Works of a
-// tick. A rank often runs on one thread (rankrunner sets GOMAXPROCS=1):
-// without it, a tick after a burst of small ops (thousands of Works, each
-// with its events) would hold the thread for milliseconds while the
-// training goroutine waits for it, which is the long tail the watchdog
-// used to add to op latency (issue 15).
-func yieldEvery(i int) {
-	if i > 0 && i%yieldBatch == 0 {
-		runtime.Gosched()
-	}
-}
-
-func stateOf(err error) string {
-	if err != nil {
-		return actors.StateFailed
-	}
-	return actors.StateCompleted
 }
 
 // storeEvent turns a watched key into a core event.
@@ -627,9 +559,10 @@ func (wd *Watchdog) apply(acts []Action) {
 			}
 			tw.gone = true
 			// The abort above may have completed the Work first (with its
-			// own error); either way this is its last event.
+			// own error); either way this is its end.
 			tw.p.Complete(a.Err)
-			wd.emitWork(tw, stateOf(tw.p.Work().Err()))
+			w := tw.p.Work()
+			wd.finish(tw.group, &tw.fp, w, tw.events, w.Timings(), w.Err())
 			if errors.Is(a.Err, comm.ErrTimeout) {
 				log.Error().Err(a.Err).Int("rank", wd.cfg.Rank).Str("group", tw.group).Uint64("seq", tw.fp.Seq).Msg("watchdog: work timed out")
 				wd.emit(actors.Event{Kind: actors.KindWatchdog, Group: tw.group, Epoch: tw.epoch, Seq: tw.fp.Seq,
@@ -689,44 +622,6 @@ func (wd *Watchdog) emit(ev actors.Event) {
 	if wd.cfg.Events != nil {
 		wd.cfg.Events.Emit(ev)
 	}
-}
-
-// emitWork publishes a Work state change.
-func (wd *Watchdog) emitWork(tw *watched, state string) {
-	if wd.cfg.Events == nil {
-		return
-	}
-	ev := actors.Event{Kind: actors.KindWork, Group: tw.group, Epoch: tw.epoch, Op: tw.fp.Op.String(), State: state,
-		DType: tw.fp.DType.String(), Count: tw.fp.Count}
-	if tw.fp.Op.IsP2P() {
-		ev.P2PSeq = tw.fp.Seq
-	} else {
-		ev.Seq = tw.fp.Seq
-	}
-	// Stamp the event with the Work's own time of the change: the watchdog
-	// sees starts and completions at its tick, after the fact.
-	t := tw.p.Work().Timings()
-	switch state {
-	case actors.StateScheduled:
-		ev.Time = t.Created
-	case actors.StateStarted:
-		ev.Time = t.Started
-	default:
-		ev.Time = t.Completed
-	}
-	if state == actors.StateCompleted || state == actors.StateFailed {
-		from := t.Started
-		if from.IsZero() {
-			from = t.Created
-		}
-		if !t.Completed.IsZero() {
-			ev.DurUS = float64(t.Completed.Sub(from).Nanoseconds()) / 1e3
-		}
-		if err := tw.p.Work().Err(); err != nil {
-			ev.Error = err.Error()
-		}
-	}
-	wd.emit(ev)
 }
 
 // progressWriter writes progress keys from its own goroutine, keeping only

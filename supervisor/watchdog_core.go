@@ -237,7 +237,8 @@ type WatchdogCore struct {
 	free     []*wdWork              // recycled Works
 	pending  map[string]AbortRecord // aborts seen for comm-ids not (yet) registered
 	tornDown bool
-	visited  int // heap entries a tick looked at (tests check a tick's cost)
+	visited  int      // heap entries a tick looked at (tests check a tick's cost)
+	last     *wdGroup // the group last looked up by name (ops come in runs of one group)
 }
 
 type wdGroup struct {
@@ -302,6 +303,7 @@ func (c *WatchdogCore) Step(ev WatchdogEvent) []Action {
 		return c.addGroup(e.Spec)
 	case EvRemoveGroup:
 		if g := c.groups[e.Group]; g != nil {
+			c.last = nil
 			delete(c.groups, e.Group)
 			delete(c.byComm, g.spec.CommID)
 			if i, ok := slices.BinarySearch(c.names, e.Group); ok {
@@ -338,10 +340,14 @@ func (c *WatchdogCore) Step(ev WatchdogEvent) []Action {
 }
 
 func (c *WatchdogCore) group(name string) *wdGroup {
+	if g := c.last; g != nil && g.spec.Name == name {
+		return g
+	}
 	g := c.groups[name]
 	if g == nil {
 		g = c.newGroup(GroupSpec{Name: name})
 	}
+	c.last = g
 	return g
 }
 
@@ -351,6 +357,7 @@ func (c *WatchdogCore) newGroup(spec GroupSpec) *wdGroup {
 	}
 	g := &wdGroup{spec: spec, timeout: spec.Timeout, peers: map[int]Progress{}}
 	old := c.groups[spec.Name]
+	c.last = nil
 	switch {
 	case g.timeout > 0:
 	case old != nil: // a restarted group keeps its SetTimeout
@@ -410,6 +417,29 @@ func (c *WatchdogCore) Scheduled(e EvScheduled) []Action {
 		g.local.Launched = max(g.local.Launched, e.FP.Seq)
 	}
 	return nil
+}
+
+// Finished is Scheduled followed by Completed(nil) for a Work that had
+// already completed successfully when the watchdog first saw it, without
+// tracking it (no map entry, no heap push): the group's launched, started
+// and completed watermarks move to its seq. It returns false, doing
+// nothing, when the Work must take the full path instead: its group is
+// aborted (Scheduled fails such Works). After a teardown it ignores the
+// Work, as Scheduled does.
+func (c *WatchdogCore) Finished(group string, fp comm.Fingerprint) bool {
+	if c.tornDown {
+		return true
+	}
+	g := c.group(group)
+	if g.aborted {
+		return false
+	}
+	if !fp.Op.IsP2P() {
+		g.local.Launched = max(g.local.Launched, fp.Seq)
+		g.local.Started = max(g.local.Started, fp.Seq)
+		g.local.Completed = max(g.local.Completed, fp.Seq)
+	}
+	return true
 }
 
 // Started is Step(EvStarted{ID: id}), without boxing the event: it moves

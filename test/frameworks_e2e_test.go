@@ -212,14 +212,20 @@ func TestRankrunnerGoGetTool(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	env := []string{"GOFLAGS=-mod=mod", "GOPROXY=off"} // offline: everything comes from the module cache
-	if out, err := goCmd(ctx, t, mod, env, "get", "-tool", "github.com/ranktree/ranktree/cmd/rankrunner"); err != nil {
+	// go get resolves the whole module graph, which may name modules that
+	// building ranktree never fetched (cobra's go-md2man and mousetrap on a
+	// fresh module cache): it may use the environment's module proxy, and
+	// falls through to "off" on any error, since the proxy refuses to look
+	// up ranktree's own paths (served here by the replace directive).
+	getEnv := []string{"GOFLAGS=-mod=mod", "GOPROXY=" + fallThroughOff(t)}
+	if out, err := goCmd(ctx, t, mod, getEnv, "get", "-tool", "github.com/ranktree/ranktree/cmd/rankrunner"); err != nil {
 		t.Fatalf("go get -tool: %v\n%s", err, out)
 	}
 	b, _ := os.ReadFile(filepath.Join(mod, "go.mod"))
 	if !strings.Contains(string(b), "tool github.com/ranktree/ranktree/cmd/rankrunner") {
 		t.Fatalf("go.mod has no tool directive:\n%s", b)
 	}
+	env := []string{"GOFLAGS=-mod=mod", "GOPROXY=off"} // offline: everything comes from the module cache
 	out, err := goCmd(ctx, t, mod, env, "tool", "rankrunner", "--nproc-per-node", "2", "./cmd/train")
 	if err != nil {
 		t.Fatalf("go tool rankrunner: %v\n%s", err, out)
@@ -230,4 +236,22 @@ func TestRankrunnerGoGetTool(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// fallThroughOff is the proxies of the environment's GOPROXY list, each
+// falling through to the next on any error ('|'), ending in "off" (no
+// "direct": there is no network beside the module proxy).
+func fallThroughOff(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOPROXY").Output()
+	if err != nil {
+		t.Fatalf("go env GOPROXY: %v", err)
+	}
+	var keep []string
+	for _, p := range strings.FieldsFunc(strings.TrimSpace(string(out)), func(r rune) bool { return r == ',' || r == '|' }) {
+		if p != "direct" && p != "off" {
+			keep = append(keep, p)
+		}
+	}
+	return strings.Join(append(keep, "off"), "|")
 }

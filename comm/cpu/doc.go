@@ -28,7 +28,7 @@
 // The transports live in package comm/cpu/transport, beside the
 // algorithms as Gloo's gloo/transport/{tcp,uv,ibverbs} sit beside
 // gloo/allreduce_*.h: the links (tcp, shm and the in-memory rings), the
-// 64-byte wire header, the waits (spin, yield, futex), the group segment
+// 64-byte wire header, the waits (spin, yield, doorbell), the group segment
 // of the one-step algorithms and transport.Mesh, which implements Mesh
 // and Slots over one link per peer. transport.InmemMesh connects the
 // ranks of a group in memory without an engine; the algorithm tests

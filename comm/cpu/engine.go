@@ -87,7 +87,7 @@ func Factory(opts Options) comm.BackendFactory { return enginekit.Factory(New, o
 // It blocks until all peers are connected, ctx ends or cfg.Timeout passes
 // (a *comm.TransportError then names the first missing peer).
 func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, error) {
-	if err := opts.validate(); err != nil {
+	if err := opts.validate(cfg.Size); err != nil {
 		return nil, err
 	}
 	if cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {

@@ -159,7 +159,7 @@ func TestMultiProcRank(t *testing.T) {
 				t.Fatalf("rank %d: got %v, want a TransportError naming rank 1", rank, err)
 			}
 			if e.grp != nil {
-				fmt.Printf("RANK-FLAT %d futex=%v\n", e.grp.K, e.grp.Futex)
+				fmt.Printf("RANK-FLAT %d doorbell=%v\n", e.grp.K, e.grp.Doorbell)
 			}
 			fmt.Println("RANK-RESULT transport-error")
 			return
@@ -222,9 +222,9 @@ func TestMultiProcess(t *testing.T) {
 			if !strings.Contains(outs[0].String(), want) {
 				t.Fatalf("rank 0 output lacks %q:\n%s", want, outs[0])
 			}
-			if c.mode == "deathflat" && !strings.Contains(outs[0].String(), "RANK-FLAT 2 futex=true") {
+			if c.mode == "deathflat" && !strings.Contains(outs[0].String(), "RANK-FLAT 2 doorbell=true") {
 				// Rank 0 published the one-step op at seq 2 and slept on
-				// its futex bell when its peer died.
+				// its doorbell when its peer died.
 				t.Fatalf("rank 0 did not wait in a one-step op on its bell:\n%s", outs[0])
 			}
 			if c.mode == "crash" && !strings.Contains(outs[1].String(), "injected fault: crash") {

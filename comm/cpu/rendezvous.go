@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"bufio"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -94,7 +93,28 @@ func (e *Engine) connect(ctx context.Context) ([]transport.Link, error) {
 		e.closeLinks(links)
 		return nil, err
 	}
+	setTCPWait(links, infos, e.opts.HostID)
 	return links, nil
+}
+
+// setTCPWait sets the wait policy of the TCP data links (transport.TCPWait)
+// from the CPU affinity of the group's ranks on this host: poll for
+// transport.SpinFor, yielding to other processes too when those ranks
+// outnumber their CPUs.
+func setTCPWait(links []transport.Link, infos []peerInfo, host string) {
+	var masks [][]int
+	for _, in := range infos {
+		if in.Host == host {
+			masks = append(masks, in.CPUs)
+		}
+	}
+	w := transport.TCPWait{Spin: transport.SpinFor}
+	w.Yield = transport.SpinBudget(len(masks), masks) == 0
+	for _, l := range links {
+		if t, ok := l.(*transport.TCPLink); ok {
+			t.SetWait(w)
+		}
+	}
 }
 
 // exchangeInfos publishes this rank's address (port on AdvertiseHost),
@@ -232,13 +252,11 @@ func (e *Engine) finishShm(links []transport.Link, infos []peerInfo, flat bool) 
 	return nil
 }
 
-// attachGroup makes the group segment the doorbell of every wait
-// (transport/shm_group.go) once the links are up, when the group spans processes.
-// A group whose ranks are all goroutines of this process (tests, the
-// inmem transport) keeps the backoff of transport/link.go, which yields to the Go
-// scheduler: a thread blocked in FUTEX_WAIT keeps its P until sysmon
-// takes it back (20 µs to 10 ms), while the peer it waits for may be a
-// goroutine queued on that very P.
+// attachGroup makes the group segment's doorbells the wake-up of every
+// wait (transport/shm_group.go, transport/doorbell_linux.go) once the
+// links are up, when the group spans processes. A group whose ranks are
+// all goroutines of this process (tests, the inmem transport) keeps the
+// backoff of transport/link.go, which yields to the Go scheduler.
 func (e *Engine) attachGroup() { e.ctl.UseDoorbell(e.grp) }
 
 func (e *Engine) closeLinks(links []transport.Link) {
@@ -365,11 +383,11 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (t
 // newLink wraps an authenticated connection: a tcp data link, or an shm
 // link whose control channel is the connection.
 func (e *Engine) newLink(peer int, conn net.Conn, s *transport.ShmLink) transport.Link {
-	br := bufio.NewReaderSize(conn, 256<<10)
+	// The handshake read conn directly: nothing is buffered (nil reader).
 	if s == nil {
-		return transport.NewTCPLink(peer, conn, br, e.ctl, true)
+		return transport.NewTCPLink(peer, conn, nil, e.ctl, true)
 	}
-	s.Start(peer, e.ctl, transport.NewTCPLink(peer, conn, br, e.ctl, false))
+	s.Start(peer, e.ctl, transport.NewTCPLink(peer, conn, nil, e.ctl, false))
 	return s
 }
 

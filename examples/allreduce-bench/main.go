@@ -11,9 +11,13 @@
 // busbw_GBps (nccl-tests' definitions; see package internal/bench), then
 // mean_us and p90_us of the same times (compare mean_us with Open MPI's
 // mean of a timed loop: it counts the tails) and the CPU placement: the
-// CPU each rank ran on most and how often two ranks shared one. With --json
-// it prints one JSON object per line with those keys (time_us and p50_us
-// are both the median; placement is {"cpus": [...], "shared_frac": f}).
+// CPU each rank ran on most and how often two ranks shared one, sampled
+// every --placement-every iterations. With --json it prints one JSON
+// object per line with those keys (time_us and p50_us are both the
+// median; placement is {"cpus": [...], "shared_frac": f, "samples": k}),
+// plus collective and req_bytes (the size asked for; bytes is the size
+// used, which the layout rounds for allgather, reducescatter and alltoall:
+// see package internal/bench).
 //
 // Before the first size every rank runs one float32 sum allreduce of
 // --warmup-bytes (default 8 MiB), one lap of the shm rings, so that no
@@ -37,13 +41,17 @@
 //	--transport   auto | shm | tcp: the CPU engine's transport, passed to
 //	              ranktree.Init as RANKTREE_TRANSPORT (default: that variable, else auto)
 //	--json        print JSON lines instead of the table
+//	--placement-every  sample each rank's CPU after every Nth timed iteration
+//	              (default 64): the sample is a system call between two ops,
+//	              which delays this rank's next launch and so its peers
 //	--late-rank   late-arrival mode: this rank launches each timed iteration
 //	              --late-us (default 5000) late; rank 0 prints, per size, the
 //	              waiting ranks' process CPU while they wait (% of one core,
 //	              median and max over iterations) and the time from the late
 //	              rank's launch to the last waiting rank's return (wake_us,
 //	              median, min, max): what waiting costs a training step
-//	              whose ranks skew by milliseconds (issue 15)
+//	              whose ranks skew by milliseconds (issue 15); the warm-up
+//	              before the first size is the same as without it
 //
 // Exit status: 0 on success, 2 for bad flags, 1 for any failure (printed on
 // stderr with the rank).

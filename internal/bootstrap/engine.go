@@ -33,7 +33,7 @@ func (r *Rank) startGroups(ctx context.Context, c *Config) error {
 	r.Groups, err = groups.Start(ctx, groups.Config{
 		Job: r.Job, Rank: r.Rank, WorldSize: r.WorldSize, Store: r.Store, NATS: r.NATS, Timeout: r.Timeout,
 		Incarnation: r.Incarnation, Factory: factory, Device: device, Faults: c.env.Faults,
-		Supervision: sup, Exit: c.supOpts.exit, EventTap: r.metricsTap(), Log: r.Log,
+		Supervision: sup, Exit: c.supOpts.exit, EventTap: r.metricsTap(), WorkMetrics: r.workMetrics(), Log: r.Log,
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"github.com/ranktree/ranktree/actors"
 	"github.com/ranktree/ranktree/internal/metrics"
 	"github.com/ranktree/ranktree/reducer"
+	"github.com/ranktree/ranktree/supervisor"
 )
 
 // startMetrics serves this rank's Prometheus metrics on addr
@@ -31,12 +32,23 @@ func (r *Rank) startMetrics(addr, addrFile string) error {
 	return nil
 }
 
-// metricsTap is the event tap feeding the rank's metrics (nil without).
+// metricsTap is the event tap feeding the rank's metrics from its events
+// (nil without metrics): engine labels, timeouts, aborts, restarts.
 func (r *Rank) metricsTap() func(*actors.Event) {
 	if r.metrics == nil {
 		return nil
 	}
 	return r.metrics.Observe
+}
+
+// workMetrics is what the watchdog feeds with every Work's outcome (nil
+// without metrics): the rank's Work series, exact, while Work events are
+// sampled.
+func (r *Rank) workMetrics() supervisor.WorkMetrics {
+	if r.metrics == nil {
+		return nil
+	}
+	return r.metrics
 }
 
 // stopMetrics stops serving metrics (idempotent).

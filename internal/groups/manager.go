@@ -68,9 +68,11 @@ type Config struct {
 	// ActorPanic PanicRestart the restart policy's abort watch runs.
 	Supervision supervisor.Config
 	// Exit replaces os.Exit for teardowns (nil: os.Exit); EventTap sees
-	// every event (metrics). As supervisor.RankConfig.
-	Exit     func(code int)
-	EventTap func(*actors.Event)
+	// every event and WorkMetrics counts every Work (metrics). As
+	// supervisor.RankConfig.
+	Exit        func(code int)
+	EventTap    func(*actors.Event)
+	WorkMetrics supervisor.WorkMetrics
 	// Log carries the rank's fields.
 	Log zerolog.Logger
 }
@@ -110,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Manager, error) {
 	var err error
 	m.sv, err = supervisor.StartRank(m.system, supervisor.RankConfig{
 		Job: cfg.Job, Rank: cfg.Rank, WorldSize: cfg.WorldSize, Cfg: cfg.Supervision, Store: cfg.Store,
-		NATS: cfg.NATS, Log: cfg.Log, Exit: cfg.Exit, EventTap: cfg.EventTap,
+		NATS: cfg.NATS, Log: cfg.Log, Exit: cfg.Exit, EventTap: cfg.EventTap, WorkMetrics: cfg.WorkMetrics,
 	})
 	if err != nil {
 		m.system.Shutdown()

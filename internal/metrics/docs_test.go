@@ -1,12 +1,15 @@
 package metrics
 
 import (
+	"errors"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ranktree/ranktree/actors"
+	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/reducer"
 )
 
@@ -23,13 +26,16 @@ func TestDocsAndDashboardNameRealSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := NewRank("j", 0)
-	m.Observe(&actors.Event{Kind: actors.KindWork, Group: "g", Op: "ALLREDUCE", State: actors.StateCompleted, DType: "float32", Count: 1, DurUS: 1})
+	m.WorkScheduled("g", comm.OpAllReduce)
+	m.WorkDone("g", comm.Fingerprint{Op: comm.OpAllReduce, DType: comm.Float32, Count: 1}, time.Microsecond, nil)
 	for _, n := range []string{"timeout", "write_abort"} {
 		m.Observe(&actors.Event{Kind: actors.KindWatchdog, Group: "g", Action: n})
 	}
 	m.Observe(&actors.Event{Kind: actors.KindCommAbort, Group: "g", Error: remoteAbortPrefix + " 1: x"})
 	m.Observe(&actors.Event{Kind: actors.KindRestart, Group: "g", Action: "restart"})
-	m.Observe(&actors.Event{Kind: actors.KindWork, Group: "g", Op: "ALLREDUCE", State: actors.StateFailed})
+	m.WorkScheduled("g", comm.OpAllReduce)
+	m.WorkDone("g", comm.Fingerprint{Op: comm.OpAllReduce}, 0, errors.New("x"))
+	m.FlushWorks()
 	if err := m.AddReducer(func() reducer.Stats { return reducer.Stats{} }); err != nil {
 		t.Fatal(err)
 	}

@@ -5,11 +5,16 @@
 // per runner, ranks alive, restarts used out of the budget and attempt
 // outcomes. docs/metrics.md lists every series.
 //
-// The rank's metrics are fed by its event stream (Rank.Observe is the
-// event publisher's tap), which the watchdog produces at its tick: the
-// collective's own path does no metrics work at all. Observe itself costs
-// a map lookup on (group, op) without string building and atomic adds on
-// pre-resolved children (BenchmarkObserveCompleted).
+// The rank's metrics are fed from its watchdog, never from the
+// collective's own path. The Work series (started, completed, failed, in
+// flight, bytes, latency) count every Work exactly: the watchdog's pass
+// over the Works it tracks calls WorkScheduled and WorkDone (Rank
+// implements supervisor.WorkMetrics), which add to plain per-(group, op)
+// tallies, and FlushWorks, once per watchdog tick, adds those to the
+// series (BenchmarkWorkMetrics: a few ns per Work). The other series
+// (timeouts, aborts, restarts, the engine and transport labels) come from
+// the rank's events: Rank.Observe is the event publisher's tap, and
+// ignores Work events, which are sampled.
 package metrics
 
 import (
@@ -21,7 +26,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ranktree/ranktree/actors"
-	"github.com/ranktree/ranktree/comm"
 	"github.com/ranktree/ranktree/reducer"
 )
 
@@ -54,7 +58,7 @@ type Rank struct {
 	rank                              int
 	reg                               *prometheus.Registry
 	started, completed, failed        *prometheus.CounterVec
-	duration                          *prometheus.HistogramVec
+	duration                          *durationHist
 	bytes                             *prometheus.CounterVec
 	inflight                          *prometheus.GaugeVec
 	timeouts, abortsSent, abortsRecvd *prometheus.CounterVec
@@ -64,6 +68,8 @@ type Rank struct {
 	ops     map[opKey]*opChildren
 	grp     map[string]*groupChildren
 	engines map[string][2]string // group → engine and transport, from comm_init events
+
+	works works // the watchdog's tallies since its last FlushWorks (works.go)
 }
 
 type opKey struct{ group, op string }
@@ -71,7 +77,6 @@ type opKey struct{ group, op string }
 // opChildren are the pre-resolved series of one (group, op).
 type opChildren struct {
 	started, completed, failed, bytes prometheus.Counter
-	dur                               [5]prometheus.Observer // by SizeBuckets
 	inflight                          prometheus.Gauge
 }
 
@@ -96,9 +101,7 @@ func NewRank(job string, rank int) *Rank {
 	m.completed = counter("collectives_completed_total", "Ops that completed successfully.", "group", "op")
 	m.failed = counter("collectives_failed_total", "Ops that failed (timeout, abort, engine error).", "group", "op")
 	m.bytes = counter("collective_bytes_total", "Bytes of the ops' buffers (count × element size) of completed ops, by the group's engine (cpu, nccl) and transport (cpu: shm, tcp, shm+tcp for a multi-host group, inmem, self; nccl: nccl).", "group", "op", "engine", "transport")
-	m.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "ranktree", Name: "collective_duration_seconds",
-		Help: "Time from an op's start on the engine to its completion, by op type and message-size class.", ConstLabels: cl,
-		Buckets: DurationBuckets}, []string{"op", "size"})
+	m.duration = newDurationHist(cl)
 	m.reg.MustRegister(m.duration)
 	m.inflight = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ranktree", Name: "collectives_in_flight",
 		Help: "Ops scheduled and not yet completed or failed.", ConstLabels: cl}, []string{"group", "op"})
@@ -141,9 +144,7 @@ func (m *Rank) opChildren(group, op string) *opChildren {
 		failed: m.failed.WithLabelValues(group, op), bytes: m.bytes.WithLabelValues(group, op, engine, transport),
 		inflight: m.inflight.WithLabelValues(group, op),
 	}
-	for i, b := range SizeBuckets {
-		c.dur[i] = m.duration.WithLabelValues(op, b.Label)
-	}
+	m.duration.ensure(op)
 	m.ops[opKey{group, op}] = c
 	return c
 }
@@ -170,25 +171,15 @@ func sizeClass(n int64) int {
 	return len(SizeBuckets) - 1
 }
 
-// elemSize is the byte size of a dtype name, 0 if unknown.
-func elemSize(name string) int64 {
-	if name == "" {
-		return 0
-	}
-	d, err := comm.ParseDType(name)
-	if err != nil {
-		return 0
-	}
-	return int64(d.Size())
-}
-
 // remoteAbortPrefix starts a comm.RemoteAbortError's text.
 const remoteAbortPrefix = "comm: communicator aborted by a failure at rank"
 
-// Observe updates the metrics from one event (actors.PublisherConfig.Tap).
-// Work events count ops (scheduled → started and in flight; completed or
-// failed → done, latency, bytes); watchdog "timeout" and "write_abort",
-// comm_abort caused by a peer, and restart "restart" count the rest.
+// Observe updates the metrics from one event (actors.PublisherConfig.Tap):
+// comm_init gives a group's engine and transport labels; watchdog
+// "timeout" and "write_abort", comm_abort caused by a peer, and restart
+// "restart" count the rest. Work events are ignored: Works are counted
+// exactly by the watchdog (WorkScheduled, WorkDone), while their events
+// are sampled. Safe for concurrent use.
 func (m *Rank) Observe(ev *actors.Event) {
 	switch ev.Kind {
 	case actors.KindCommInit:
@@ -196,22 +187,6 @@ func (m *Rank) Observe(ev *actors.Event) {
 			m.mu.Lock()
 			m.engines[ev.Group] = [2]string{e, ev.Detail["transport"]}
 			m.mu.Unlock()
-		}
-	case actors.KindWork:
-		c := m.opChildren(ev.Group, ev.Op)
-		switch ev.State {
-		case actors.StateScheduled:
-			c.started.Inc()
-			c.inflight.Inc()
-		case actors.StateCompleted:
-			c.completed.Inc()
-			c.inflight.Dec()
-			n := ev.Count * elemSize(ev.DType)
-			c.bytes.Add(float64(n))
-			c.dur[sizeClass(n)].Observe(ev.DurUS / 1e6)
-		case actors.StateFailed:
-			c.failed.Inc()
-			c.inflight.Dec()
 		}
 	case actors.KindWatchdog:
 		switch ev.Action {

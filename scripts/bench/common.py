@@ -1,27 +1,40 @@
 """Shared helpers of the peer benchmarks (Gloo, Open MPI) in scripts/bench.
 
 The peers are measured exactly as examples/allreduce-bench measures
-ranktree (its internal/bench package, after nccl-tests' all_reduce_perf):
+ranktree (its internal/bench package, after nccl-tests' *_perf programs):
 
-  * per size: --warmup untimed in-place allreduces, a barrier, then --iters
-    timed allreduces back to back, each timed on every rank from launch to
-    completion;
+  * per size: --warmup untimed ops, a barrier, then --iters timed ops back
+    to back, each timed on every rank from launch to completion;
   * a Max allreduce of the per-iteration times gives the slowest rank's
     time per iteration; time_us and p50_us are the median of those, mean_us
     their mean (what Open MPI's usual scripts report), p90_us the 90th
     percentile;
-  * algbw_GBps = bytes / time (1 GB = 1e9 B); busbw_GBps = algbw * 2(n-1)/n
-    (nccl-tests' allreduce bus factor).
+  * the size S of a message is nccl-tests' (layout(), as allreduce-bench's
+    Collective.Layout): the one buffer of allreduce and broadcast, the
+    gathered output of allgather (each rank sends S/n), the input of
+    reducescatter (each rank receives S/n); for the last two the float32
+    count is rounded down to a multiple of n, at least n;
+  * algbw_GBps = bytes / time (1 GB = 1e9 B); busbw_GBps = algbw * factor,
+    nccl-tests' bus factor: 2(n-1)/n for allreduce, (n-1)/n for allgather
+    and reducescatter, 1 for broadcast.
 
-Rank 0 prints one JSON object per size with the keys bytes, count, type,
-redop, time_us, algbw_GBps, busbw_GBps (the same keys as allreduce-bench
---json), plus "peer" and "transport".
+Rank 0 prints one JSON object per size with the keys of allreduce-bench
+--json (collective, req_bytes, bytes, count, type, redop, time_us,
+algbw_GBps, busbw_GBps, mean_us, p50_us, p90_us), plus "peer",
+"transport" and "iters". A collective the peer cannot run gives one record
+{"peer", "collective", "unsupported": why} instead (unsupported()).
+
+Tests: /usr/bin/python3 -m unittest discover -s scripts/bench -p 'test_*.py'
 """
 
 import argparse
 import json
 import re
 import sys
+import time
+
+# The collectives the peer scripts measure (allreduce-bench's --collective names).
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast")
 
 _UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30,
           "KB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3, "K": 1 << 10,
@@ -55,14 +68,54 @@ def parse_sizes(s):
     return out
 
 
+def fmt_size(n):
+    """n bytes as "4 B", "64 MiB"."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return "%d %s" % (n // div, unit)
+    return "%d B" % n
+
+
+def coll_rank(collective):
+    """The collective's place in COLLECTIVES (tables follow it); unknown ones last."""
+    return COLLECTIVES.index(collective) if collective in COLLECTIVES else len(COLLECTIVES)
+
+
 def split_sizes(sizes, limit=1 << 20):
     """(sizes below limit, sizes at or above it): the small and large iteration counts."""
     return [s for s in sizes if s < limit], [s for s in sizes if s >= limit]
 
 
+def layout(collective, nbytes, n, elem=4):
+    """(count, in_count, out_count) in elements for a message of nbytes on n
+    ranks, as allreduce-bench's Collective.Layout: count = nbytes/elem (at
+    least 1), rounded down to a multiple of n (at least n) for allgather and
+    reducescatter; out_count 0 means in place (allreduce, broadcast)."""
+    count = max(nbytes // elem, 1)
+    if collective == "allgather":
+        count = max(count // n * n, n)
+        return count, count // n, count
+    if collective == "reducescatter":
+        count = max(count // n * n, n)
+        return count, count, count // n
+    if collective in ("allreduce", "broadcast"):
+        return count, count, 0
+    raise ValueError("unknown collective %r (want one of %s)" % (collective, ", ".join(COLLECTIVES)))
+
+
+def bus_factor(collective, n):
+    """busbw / algbw for n ranks (nccl-tests' PERFORMANCE.md)."""
+    if n < 1:
+        return 0.0
+    f = (n - 1) / float(n)
+    return {"allreduce": 2 * f, "allgather": f, "reducescatter": f, "broadcast": 1.0}[collective]
+
+
 def arg_parser(desc):
     """The flags every peer benchmark takes (a subset of allreduce-bench's)."""
     p = argparse.ArgumentParser(description=desc)
+    p.add_argument("--collective", choices=COLLECTIVES, default="allreduce",
+                   help="the collective measured (default allreduce; float32, sum where it reduces, root 0)")
     p.add_argument("--sizes", type=parse_sizes, default=[4, 64 << 20],
                    help="comma-separated message sizes in bytes (default 4,64MiB)")
     p.add_argument("--iters", type=int, default=200,
@@ -99,26 +152,65 @@ def summarize(times_us):
     return sum(s) / len(s), median(s), s[k]
 
 
-def result(peer, transport, n, size, times_us):
-    """The JSON record of one size from the slowest-rank times in µs."""
+def result(peer, transport, n, size, times_us, collective="allreduce"):
+    """The JSON record of one size (requested bytes) from the slowest-rank
+    times in µs; bytes and count are those layout() makes of size."""
     t = median(times_us)
     mean, p50, p90 = summarize(times_us)
-    algbw = size / (t * 1e-6) / 1e9 if t > 0 else 0.0
+    count = layout(collective, size, n)[0]
+    nbytes = 4 * count
+    algbw = nbytes / (t * 1e-6) / 1e9 if t > 0 else 0.0
     return {
         "peer": peer,
         "transport": transport,
-        "bytes": size,
-        "count": size // 4,
+        "collective": collective,
+        "req_bytes": size,
+        "bytes": nbytes,
+        "count": count,
         "type": "float32",
-        "redop": "sum",
+        "redop": "sum" if collective in ("allreduce", "reducescatter") else "none",
         "time_us": round(t, 3),
         "algbw_GBps": round(algbw, 6),
-        "busbw_GBps": round(algbw * 2.0 * (n - 1) / n, 6),
+        "busbw_GBps": round(algbw * bus_factor(collective, n), 6),
         "mean_us": round(mean, 3),
         "p50_us": round(p50, 3),
         "p90_us": round(p90, 3),
         "iters": len(times_us),
     }
+
+
+def unsupported(peer, collective, why):
+    """The record of a collective the peer cannot run, and why."""
+    return {"peer": peer, "collective": collective, "unsupported": why}
+
+
+def time_loop(op, warmup, iters, barrier, clock_ns=time.perf_counter_ns):
+    """Runs op warmup times, then barrier(), then iters timed times; the
+    per-iteration times of this rank in µs."""
+    for _ in range(warmup):
+        op()
+    barrier()
+    times = [0.0] * iters
+    for i in range(iters):
+        t0 = clock_ns()
+        op()
+        times[i] = (clock_ns() - t0) / 1e3
+    return times
+
+
+def measure_all(args, n, lead, make_op, barrier, max_reduce, peer, transport, extra=None):
+    """Measures args.collective at every size of args.sizes and emits the
+    records on the lead rank: make_op(size) returns the op of one size
+    (its buffers allocated), max_reduce(times) the elementwise maximum of
+    every rank's times; extra is merged into each record."""
+    for size in args.sizes:
+        warmup, iters = iters_for(args, size)
+        op = make_op(size)
+        times = max_reduce(time_loop(op, warmup, iters, barrier))
+        if lead:
+            rec = result(peer, transport, n, size, times, args.collective)
+            rec.update(extra or {})
+            emit(rec)
 
 
 def emit(rec):

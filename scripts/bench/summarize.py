@@ -1,16 +1,31 @@
 """Summarizes one bench-compare run: a table on stdout, results.json and results.md.
 
 Inputs (written by scripts/bench-compare.sh into its output directory):
-  raw/records.jsonl  one JSON record per (peer, transport, size, round), with
-                     the keys of allreduce-bench --json plus peer, transport, round
+  raw/records.jsonl  one JSON record per (collective, world, peer, transport,
+                     size, round), with the keys of allreduce-bench --json plus
+                     peer, transport, world, round; or {"unsupported": why} for a
+                     collective a peer cannot run
+  raw/late.jsonl     allreduce-bench --late-rank records (LATE=1; optional)
   raw/launch.txt     `go test -bench Launch ./actors/` output (optional)
   raw/baseline.jsonl memcpy and loopback TCP GB/s before and after (optional)
   meta.json          date, machine, load, versions, settings
 
-Per (peer, transport, size) the figure is the median over rounds of the
-per-round median time; algbw = bytes / that time (GB/s, 1e9 B/s) and busbw =
-algbw * 2(n-1)/n. The ratios divide ranktree's algbw at the largest size by
-Gloo's and by Open MPI's best row (Open MPI may be run bound and unbound). The goals checked are issue 3's "Performance goals".
+The headline figure of a cell (collective, world, peer, transport, size) is
+the mean time per op: each round's mean of its timed loop (the slowest
+rank's time per iteration, as Open MPI's scripts report it, tails
+included), and the median of those over the rounds; the best round, the
+per-round medians (p50) and 90th percentiles (p90) are kept beside it.
+algbw = bytes / mean time (GB/s, 1e9 B/s; nccl-tests uses the mean too).
+Sizes are keyed by the size asked for (req_bytes), as every peer lays
+buffers out the same way (common.layout; nccl-tests' convention).
+
+Stability: per cell, the median over rounds of the per-round mean divided
+by the best round's; a cell above STABLE_LIMIT (issue 15: 1.5x) is flagged.
+
+Goals checked (goals.py): issue 3's "Performance goals" (2 ranks, smallest
+and largest size) and issue 15's "What must hold".
+
+Tests: /usr/bin/python3 -m unittest discover -s scripts/bench -p 'test_*.py'
 """
 
 import argparse
@@ -20,82 +35,191 @@ import re
 import statistics
 import sys
 
-# issue 3, "Performance goals"
-GOAL_VS_GLOO = 4.0        # 64 MiB algbw, ranktree / Gloo, at least
-GOAL_VS_MPI = 2.0         # 64 MiB algbw, ranktree / Open MPI, at least
-GOAL_LAT_US = {"shm": 10.0, "tcp": 60.0}   # 4 B median latency, at most
-GOAL_LAUNCH_US = 5.0      # actor launch overhead per op, at most
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import coll_rank, fmt_size  # noqa: E402
+from goals import GOAL15_WAIT_CPU_PCT, GOAL15_WAKE_US, STABLE_LIMIT, goals3, goals15  # noqa: E402
 
 PEER_ORDER = {"ranktree": 0, "ranktree-base": 1, "gloo": 2, "openmpi": 3}
 
+SIZE_CONVENTION = (
+    "size S is nccl-tests': the buffer of allreduce and broadcast, the gathered output of allgather "
+    "(each rank sends S/n), the input of reducescatter (each rank receives S/n); float32, so the count "
+    "is S/4, rounded down to a multiple of n (at least n) for allgather and reducescatter: a size "
+    "whose bytes changed shows the bytes used in brackets. Every peer uses this layout.")
+
+
+def coll_of(r):
+    """The record's collective (records before COLLECTIVES are allreduce)."""
+    return r.get("collective", "allreduce")
+
+
+def req_of(r):
+    """The size asked for (req_bytes; older records only have bytes)."""
+    return int(r.get("req_bytes", r["bytes"]))
+
+
+def mean_of(r):
+    """The record's mean time per op (time_us, the median, in older records)."""
+    return float(r.get("mean_us", r["time_us"]))
+
+
+def col_name(peer, transport):
+    """A column's name: "peer/transport"."""
+    return "%s/%s" % (peer, transport)
+
+
+def cell(recs):
+    """One cell's figures from its records (one per round)."""
+    means = [mean_of(r) for r in recs]
+    p50 = [float(r.get("p50_us", r["time_us"])) for r in recs]
+    p90 = [float(r["p90_us"]) for r in recs if "p90_us" in r]
+    c = {"mean_us": statistics.median(means), "mean_us_min": min(means), "mean_us_rounds": means,
+         "p50_us": statistics.median(p50), "rounds": len(means),
+         "used_bytes": int(recs[0]["bytes"])}
+    c["spread"] = c["mean_us"] / c["mean_us_min"] if c["mean_us_min"] > 0 else 1.0
+    if p90:
+        c["p90_us"] = statistics.median(p90)
+    return c
+
 
 def sweep(recs):
-    """The full-sweep view: {world: {"cols": [(peer, transport)], "rows": [...]}}.
-
-    Per (world, peer, transport, size): mean_us is the median over rounds of
-    each round's mean time per op (the mean of the timed loop, as Open MPI's
-    scripts report it), mean_us_min the best round, p50_us the median over
-    rounds of the per-round medians. vs_openmpi divides a ranktree column's
-    mean_us by the best Open MPI column's (below 1: ranktree is faster).
-    Records without mean_us (older runs) fall back on time_us."""
-    cells = {}
+    """The per-collective view: a list of tables, one per (collective, world),
+    each {"collective", "world", "cols": ["peer/transport"], "rows": [{"bytes"
+    (asked for), "used_bytes", "cols": {col: cell}}]}. A cell (see cell())
+    has mean_us (median over rounds of the per-round mean), mean_us_min (the
+    best round), p50_us and p90_us (medians over rounds), spread (mean_us /
+    mean_us_min) and, for ranktree columns, vs_openmpi: its mean_us over the
+    best Open MPI column's (below 1: ranktree is faster)."""
+    groups = {}
     for r in recs:
-        w = int(r.get("world", 2))
+        if "unsupported" in r:
+            continue
+        t = (coll_of(r), int(r.get("world", 2)))
         key = (r["peer"], str(r["transport"]))
-        c = cells.setdefault(w, {}).setdefault(key, {}).setdefault(int(r["bytes"]), {"mean": [], "p50": []})
-        c["mean"].append(float(r.get("mean_us", r["time_us"])))
-        c["p50"].append(float(r.get("p50_us", r["time_us"])))
-    out = {}
-    for w, by_col in sorted(cells.items()):
+        groups.setdefault(t, {}).setdefault(key, {}).setdefault(req_of(r), []).append(r)
+    out = []
+    for (coll, w), by_col in sorted(groups.items(), key=lambda kv: (coll_rank(kv[0][0]), kv[0])):
         cols = sorted(by_col, key=lambda k: (PEER_ORDER.get(k[0], 9), k[1]))
         sizes = sorted({s for v in by_col.values() for s in v})
         rows = []
         for size in sizes:
             row = {"bytes": size, "cols": {}}
             for col in cols:
-                c = by_col[col].get(size)
-                if c:
-                    row["cols"]["%s/%s" % col] = {"mean_us": statistics.median(c["mean"]),
-                                                  "mean_us_min": min(c["mean"]),
-                                                  "p50_us": statistics.median(c["p50"]),
-                                                  "rounds": len(c["mean"])}
+                if size in by_col[col]:
+                    row["cols"][col_name(*col)] = cell(by_col[col][size])
+            row["used_bytes"] = next(iter(row["cols"].values()))["used_bytes"]
             mpi = [v["mean_us"] for k, v in row["cols"].items() if k.startswith("openmpi/")]
-            if mpi:
+            if mpi and min(mpi) > 0:
                 for k, v in row["cols"].items():
                     if k.startswith("ranktree"):
                         v["vs_openmpi"] = v["mean_us"] / min(mpi)
             rows.append(row)
-        out[w] = {"cols": ["%s/%s" % c for c in cols], "rows": rows}
+        out.append({"collective": coll, "world": w, "cols": [col_name(*c) for c in cols], "rows": rows})
     return out
+
+
+def fmt_us(x):
+    """A time in µs with 3 significant figures or so."""
+    if x < 10:
+        return "%.2f" % x
+    if x < 1000:
+        return "%.1f" % x
+    return "%.0f" % x
+
+
+def size_label(row):
+    """The size asked for, and the bytes used when the layout changed them."""
+    s = fmt_size(row["bytes"])
+    if row.get("used_bytes", row["bytes"]) != row["bytes"]:
+        s += " (%d B)" % row["used_bytes"]
+    return s
+
+
+def md_table(hdr, body):
+    """A markdown table from a header and rows of strings."""
+    return ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)] + ["| " + " | ".join(b) + " |" for b in body]
 
 
 def sweep_markdown(sw):
-    """One table per world size: mean µs (median over rounds, best round in
-    brackets) per column, and ranktree / best Open MPI."""
+    """Per (collective, world): the mean table (median over rounds, best round
+    in brackets, ranktree / best Open MPI) and the p50 / p90 table."""
     out = []
-    for w, t in sorted(sw.items()):
+    last = None
+    for t in sw:
+        if t["collective"] != last:
+            out += ["", "### %s" % t["collective"]]
+            last = t["collective"]
         rt = [c for c in t["cols"] if c.startswith("ranktree")]
-        hdr = ["size"] + ["%s mean us" % c for c in t["cols"]] + ["%s / MPI" % c for c in rt]
-        out += ["", "%d ranks, mean time per allreduce in us: median over rounds (best round)" % w, "",
-                "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+        hdr = ["size"] + ["%s mean" % c for c in t["cols"]] + ["%s / MPI" % c for c in rt]
+        body = []
         for row in t["rows"]:
-            cells = [fmt_size(row["bytes"])]
+            cells = [size_label(row)]
             for c in t["cols"]:
                 v = row["cols"].get(c)
-                cells.append("%.1f (%.1f)" % (v["mean_us"], v["mean_us_min"]) if v else "-")
+                cells.append("%s (%s)" % (fmt_us(v["mean_us"]), fmt_us(v["mean_us_min"])) if v else "-")
             for c in rt:
                 v = row["cols"].get(c)
                 cells.append("%.2fx" % v["vs_openmpi"] if v and "vs_openmpi" in v else "-")
-            out.append("| " + " | ".join(cells) + " |")
+            body.append(cells)
+        out += ["", "%s, %d ranks: mean time per op in us, median over rounds (best round); "
+                "ranktree / MPI divides the means" % (t["collective"], t["world"]), ""]
+        out += md_table(hdr, body)
+        body = []
+        for row in t["rows"]:
+            cells = [size_label(row)]
+            for c in t["cols"]:
+                v = row["cols"].get(c)
+                cells.append("%s / %s" % (fmt_us(v["p50_us"]), fmt_us(v["p90_us"]) if "p90_us" in v else "-") if v else "-")
+            body.append(cells)
+        out += ["", "%s, %d ranks: median / p90 time per op in us (each the median over rounds)" % (
+            t["collective"], t["world"]), ""]
+        out += md_table(["size"] + ["%s p50 / p90" % c for c in t["cols"]], body)
     return out
 
 
-def fmt_size(n):
-    """n bytes as "4 B", "64 MiB"."""
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and n % div == 0:
-            return "%d %s" % (n // div, unit)
-    return "%d B" % n
+def stability(sw):
+    """{"cells": n, "flagged": [(collective, world, col, size, spread, rounds)],
+    "rounds_max": k}: the cells measured in 2 rounds or more and those whose
+    median over rounds exceeds STABLE_LIMIT x the best round."""
+    n, flagged, rmax = 0, [], 0
+    for t in sw:
+        for row in t["rows"]:
+            for c, v in row["cols"].items():
+                rmax = max(rmax, v["rounds"])
+                if v["rounds"] < 2:
+                    continue
+                n += 1
+                if v["spread"] > STABLE_LIMIT:
+                    flagged.append((t["collective"], t["world"], c, row["bytes"], v["spread"], v["rounds"]))
+    return {"cells": n, "flagged": flagged, "rounds_max": rmax}
+
+
+def stability_markdown(sw):
+    """Per (collective, world): median over rounds / best round of the mean,
+    flagged above STABLE_LIMIT."""
+    st = stability(sw)
+    if st["rounds_max"] < 2:
+        return ["", "## Stability", "", "One round only: run ROUNDS=3 (or more) to see the spread from run to run."]
+    out = ["", "## Stability", "",
+           "Per cell: median over rounds of the per-round mean / best round's mean (issue 15: at most %gx; "
+           "**bold !** above). %d of %d cells above %gx." % (STABLE_LIMIT, len(st["flagged"]), st["cells"], STABLE_LIMIT)]
+    for t in sw:
+        body = []
+        for row in t["rows"]:
+            cells = [size_label(row)]
+            for c in t["cols"]:
+                v = row["cols"].get(c)
+                if not v:
+                    cells.append("-")
+                    continue
+                s = "%s / %s = %.2fx" % (fmt_us(v["mean_us"]), fmt_us(v["mean_us_min"]), v["spread"])
+                if v["rounds"] >= 2 and v["spread"] > STABLE_LIMIT:
+                    s = "**%s !**" % s
+                cells.append(s)
+            body.append(cells)
+        out += ["", "%s, %d ranks: median / best (us)" % (t["collective"], t["world"]), ""]
+        out += md_table(["size"] + t["cols"], body)
+    return out
 
 
 def load_records(path):
@@ -111,20 +235,25 @@ def load_records(path):
 
 
 def aggregate(recs, world):
-    """{(peer, transport): {bytes: summary}} with the median over rounds."""
+    """{(peer, transport): {size: summary}}: per size the median over rounds
+    of the per-round mean (mean_us), p50 and p90, and the algbw and busbw of
+    the mean time (allreduce's bus factor)."""
     groups = {}
     for r in recs:
         key = (r["peer"], str(r["transport"]))
-        groups.setdefault(key, {}).setdefault(int(r["bytes"]), []).append(float(r["time_us"]))
+        groups.setdefault(key, {}).setdefault(req_of(r), []).append(r)
     out = {}
     for key, by_size in groups.items():
         out[key] = {}
-        for size, times in by_size.items():
-            t = statistics.median(times)
-            algbw = size / (t * 1e-6) / 1e9 if t > 0 else 0.0
+        for size, rs in by_size.items():
+            c = cell(rs)
+            t = c["mean_us"]
+            algbw = c["used_bytes"] / (t * 1e-6) / 1e9 if t > 0 else 0.0
             out[key][size] = {
                 "time_us": t,
-                "time_us_rounds": times,
+                "time_us_rounds": c["mean_us_rounds"],
+                "p50_us": c["p50_us"],
+                "p90_us": c.get("p90_us"),
                 "algbw_GBps": algbw,
                 "busbw_GBps": algbw * 2.0 * (world - 1) / world,
             }
@@ -161,12 +290,9 @@ def load_baseline(path):
     return [dict(r) for r in load_records(path)]
 
 
-def build(meta, recs, launch, baseline=None):
-    """The results object: rows per (peer, transport) for the smallest world
-    measured, ratios, goals, the full sweep per world, inputs."""
-    worlds = sorted({int(r.get("world", meta.get("world_size", 2))) for r in recs}) or [int(meta.get("world_size", 2))]
-    world = worlds[0]
-    all_recs, recs = recs, [r for r in recs if int(r.get("world", world)) == world]
+def summary_rows(recs, world):
+    """The summary rows of allreduce on world ranks: per (peer, transport) the
+    smallest and largest size's mean, p50, p90, algbw and the ratios."""
     agg = aggregate(recs, world)
     sizes = sorted({s for v in agg.values() for s in v})
     small, large = (sizes[0], sizes[-1]) if sizes else (None, None)
@@ -182,6 +308,9 @@ def build(meta, recs, launch, baseline=None):
         if small in v:
             row["small_bytes"] = small
             row["small_latency_us"] = v[small]["time_us"]
+            row["small_p50_us"] = v[small]["p50_us"]
+            if v[small]["p90_us"] is not None:
+                row["small_p90_us"] = v[small]["p90_us"]
             row["small_latency_us_rounds"] = v[small]["time_us_rounds"]
         if large in v:
             row["large_bytes"] = large
@@ -194,55 +323,127 @@ def build(meta, recs, launch, baseline=None):
                     if base.get(b):
                         row["ratio_vs_" + b] = v[large]["algbw_GBps"] / base[b]
         rows.append(row)
-    goals = []
-    for row in rows:
-        if row["peer"] != "ranktree":
-            continue
-        tr = row["transport"]
-        # The throughput goals are for one host, where the engine picks shm.
-        if "ratio_vs_gloo" in row and tr == "shm":
-            goals.append({"goal": "%s algbw >= %gx Gloo (%s)" % (fmt_size(large), GOAL_VS_GLOO, tr),
-                          "value": "%.2fx" % row["ratio_vs_gloo"], "met": row["ratio_vs_gloo"] >= GOAL_VS_GLOO})
-        if "ratio_vs_openmpi" in row and tr == "shm":
-            goals.append({"goal": "%s algbw >= %gx Open MPI (%s)" % (fmt_size(large), GOAL_VS_MPI, tr),
-                          "value": "%.2fx" % row["ratio_vs_openmpi"], "met": row["ratio_vs_openmpi"] >= GOAL_VS_MPI})
-        if tr in GOAL_LAT_US and "small_latency_us" in row and small == 4:
-            goals.append({"goal": "4 B latency <= %g us (%s)" % (GOAL_LAT_US[tr], tr),
-                          "value": "%.1f us" % row["small_latency_us"],
-                          "met": row["small_latency_us"] <= GOAL_LAT_US[tr]})
-    if launch:
-        for parent, subs in sorted(launch.items()):
-            if "overhead_us" in subs:
-                goals.append({"goal": "launch overhead <= %g us (%s)" % (GOAL_LAUNCH_US, parent),
-                              "value": "%.2f us" % subs["overhead_us"],
-                              "met": subs["overhead_us"] <= GOAL_LAUNCH_US})
-    return {"meta": meta, "world": world, "rows": rows, "launch": launch, "goals": goals,
-            "sweep": sweep(all_recs), "baseline": baseline or [], "records": all_recs}
+    return rows, small, large
+
+
+LATE_FIELDS = ("wait_cpu_pct", "wake_us", "lag_us")
+
+
+def late_rows(recs):
+    """Per size asked for: the late-arrival figures, each the median over
+    rounds (wait_cpu_pct_max and wake_us_max: the largest, wake_us_min the
+    smallest)."""
+    by = {}
+    for r in recs:
+        by.setdefault(req_of(r), []).append(r)
+    out = []
+    for size, rs in sorted(by.items()):
+        row = {"bytes": size, "used_bytes": int(rs[0]["bytes"]), "rounds": len(rs),
+               "late_us": float(rs[0].get("late_us", 0)), "late_rank": rs[0].get("late_rank"),
+               "transport": rs[0].get("transport"), "world": rs[0].get("world")}
+        for k in LATE_FIELDS:
+            row[k] = statistics.median(float(r.get(k, 0)) for r in rs)
+        row["wait_cpu_pct_max"] = max(float(r.get("wait_cpu_pct_max", 0)) for r in rs)
+        row["wake_us_min"] = min(float(r.get("wake_us_min", 0)) for r in rs)
+        row["wake_us_max"] = max(float(r.get("wake_us_max", 0)) for r in rs)
+        out.append(row)
+    return out
+
+
+def late_markdown(rows):
+    """The late-arrival table."""
+    if not rows:
+        return []
+    r0 = rows[0]
+    out = ["", "## Late arrival", "",
+           "allreduce, %s ranks, %s: rank %s launches every timed iteration %.0f us late (allreduce-bench "
+           "--late-rank). wait CPU: the waiting rank's process CPU from its launch to its return, %% of one core "
+           "(median over iterations, max); wake: from the late rank's launch to the waiting rank's return (median, "
+           "min-max; the op's own time is in it); lag: the waiting rank's return after the late rank's own. "
+           "Issue 15: at most %g%% and %g us." % (
+               r0.get("world"), r0.get("transport"), r0.get("late_rank"), r0["late_us"],
+               GOAL15_WAIT_CPU_PCT, GOAL15_WAKE_US), ""]
+    body = []
+    for r in rows:
+        body.append([size_label(r), "%.1f (%.1f)" % (r["wait_cpu_pct"], r["wait_cpu_pct_max"]),
+                     "%s (%s-%s)" % (fmt_us(r["wake_us"]), fmt_us(r["wake_us_min"]), fmt_us(r["wake_us_max"])),
+                     fmt_us(r["lag_us"]), str(r["rounds"])])
+    return out + md_table(["size", "wait CPU % (max)", "wake us (min-max)", "lag us", "rounds"], body)
+
+
+def unsupported_list(recs):
+    """Distinct (peer, collective, why) of the records of collectives a peer cannot run."""
+    seen = []
+    for r in recs:
+        if "unsupported" in r:
+            k = (r["peer"], coll_of(r), r["unsupported"])
+            if k not in seen:
+                seen.append(k)
+    return seen
+
+
+def substitutes_list(recs):
+    """Distinct (peer, collective, api) where a peer ran another call than
+    its first choice (the api names what was refused; gloo_allreduce.py)."""
+    seen = []
+    for r in recs:
+        if "refused" in str(r.get("api", "")):
+            k = (r["peer"], coll_of(r), r["api"])
+            if k not in seen:
+                seen.append(k)
+    return seen
+
+
+def build(meta, recs, launch, baseline=None, late=None):
+    """The results object: the allreduce summary rows for the smallest world
+    measured, ratios, goals, the per-collective sweep, stability, the
+    late-arrival rows, inputs."""
+    measured = [r for r in recs if "unsupported" not in r]
+    worlds = sorted({int(r.get("world", meta.get("world_size", 2))) for r in measured}) or [int(meta.get("world_size", 2))]
+    world = worlds[0]
+    ar = [r for r in measured if coll_of(r) == "allreduce" and int(r.get("world", world)) == world]
+    rows, small, large = summary_rows(ar, world)
+    sw = sweep(measured)
+    lr = late_rows(late or [])
+    return {"meta": meta, "world": world, "rows": rows, "launch": launch,
+            "goals": goals3(rows, small, large, launch), "goals15": goals15(sw, lr),
+            "sweep": sw, "stability": stability(sw), "late": lr,
+            "unsupported": [{"peer": p, "collective": c, "why": w} for p, c, w in unsupported_list(recs)],
+            "substitutes": [{"peer": p, "collective": c, "api": a} for p, c, a in substitutes_list(recs)],
+            "baseline": baseline or [], "records": recs, "late_records": late or []}
 
 
 def table(res):
-    """The header and rows of the comparison table, as strings."""
+    """The header and rows of the summary table, as strings."""
     rows = res["rows"]
     small = next((r["small_bytes"] for r in rows if "small_bytes" in r), 4)
     large = next((r["large_bytes"] for r in rows if "large_bytes" in r), 64 << 20)
-    hdr = ["peer", "transport", "%s latency (us)" % fmt_size(small),
-           "%s time (ms)" % fmt_size(large), "%s algbw (GB/s)" % fmt_size(large),
+    hdr = ["peer", "transport", "%s mean (us)" % fmt_size(small), "p50 / p90 (us)",
+           "%s mean (ms)" % fmt_size(large), "%s algbw (GB/s)" % fmt_size(large),
            "busbw (GB/s)", "ranktree/Gloo", "ranktree/MPI"]
     body = []
     for r in rows:
         def f(k, fmt, scale=1.0):
             return fmt % (r[k] * scale) if k in r else "-"
-        body.append([r["peer"], r["transport"], f("small_latency_us", "%.1f"),
-                     f("large_time_us", "%.1f", 1e-3), f("large_algbw_GBps", "%.3f"),
+        body.append([r["peer"], r["transport"], f("small_latency_us", "%.2f"),
+                     "%s / %s" % (f("small_p50_us", "%.2f"), f("small_p90_us", "%.2f")),
+                     f("large_time_us", "%.2f", 1e-3), f("large_algbw_GBps", "%.3f"),
                      f("large_busbw_GBps", "%.3f"), f("ratio_vs_gloo", "%.2fx"),
                      f("ratio_vs_openmpi", "%.2fx")])
     return hdr, body
 
 
-def markdown(res):
-    """results.md: settings, the table, baselines, launch overhead, goals."""
-    m = res["meta"]
-    hdr, body = table(res)
+def goals_markdown(title, goals):
+    """A goals table."""
+    if not goals:
+        return []
+    met = {True: "yes", False: "NO", None: "n/a"}
+    return ["", title, ""] + md_table(["goal", "measured", "met"],
+                                      [[g["goal"], g["value"], met[g["met"]]] for g in goals])
+
+
+def header_markdown(m):
+    """The settings lines of results.md."""
     out = ["# bench-compare results", ""]
     out.append("- date: %s" % m.get("date", "?"))
     out.append("- machine: %s, %s CPU cores, %s" % (m.get("host", "?"), m.get("nproc", "?"), m.get("cpu", "?")))
@@ -250,18 +451,44 @@ def markdown(res):
     out.append("- versions: %s; torch %s; %s; mpi4py %s; numpy %s" % (
         m.get("go", "?"), m.get("torch", "?"), m.get("openmpi", "?"), m.get("mpi4py", "?"), m.get("numpy", "?")))
     out.append("- source: git %s" % m.get("git", "?"))
-    out.append("- settings: %s ranks, float32 sum, %s rounds; small sizes %s iters + %s warm-up, large %s iters + %s warm-up" % (
-        m.get("worlds", m.get("world_size", 2)), m.get("rounds", "?"), m.get("iters_small", "?"), m.get("warmup_small", "?"),
-        m.get("iters_large", "?"), m.get("warmup_large", "?")))
+    out.append("- settings: %s ranks; %s; float32 (sum where it reduces); %s rounds; small sizes %s iters + %s warm-up, "
+               "from 1 MiB %s iters + %s warm-up" % (
+                   m.get("worlds", m.get("world_size", 2)), m.get("collectives", "allreduce"), m.get("rounds", "?"),
+                   m.get("iters_small", "?"), m.get("warmup_small", "?"), m.get("iters_large", "?"), m.get("warmup_large", "?")))
+    out.append("- timing: per size, warm-up, a barrier, then the timed loop; each iteration's time is the slowest "
+               "rank's (Max allreduce); a record has the loop's mean (the headline: what Open MPI's scripts "
+               "report), median and p90; a cell is the median over rounds (separate process launches)")
+    out.append("- sizes: " + SIZE_CONVENTION)
+    if m.get("late"):
+        out.append("- late-arrival pass: %s" % m["late"])
     if m.get("notes"):
         out.append("- notes: %s" % m["notes"])
-    out += ["", "%d ranks, smallest and largest size (median per round, median over rounds):" % res.get("world", 2),
-            "", "| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
-    for b in body:
-        out.append("| " + " | ".join(b) + " |")
-    if res.get("sweep") and any(len(t["rows"]) > 2 for t in res["sweep"].values()):
+    return out
+
+
+def markdown(res):
+    """results.md: settings, the summary, goals, the sweep, stability, late
+    arrival, what was not measured, baselines, launch overhead."""
+    hdr, body = table(res)
+    out = header_markdown(res["meta"])
+    if body:
+        out += ["", "## Summary", "",
+                "allreduce, %d ranks, smallest and largest size: mean time per op (median over rounds of each "
+                "round's mean), p50 / p90 (medians over rounds); algbw from the mean:" % res.get("world", 2), ""]
+        out += md_table(hdr, body)
+    out += goals_markdown("Goals (issue 3):", res["goals"])
+    out += goals_markdown("Goals (issue 15, \"What must hold\"):", res.get("goals15", []))
+    if res.get("sweep"):
         out += ["", "## Sweep"]
         out += sweep_markdown(res["sweep"])
+        out += stability_markdown(res["sweep"])
+    out += late_markdown(res.get("late", []))
+    if res.get("unsupported") or res.get("substitutes"):
+        out += ["", "## Not measured, or measured with another call", ""]
+        for u in res.get("unsupported", []):
+            out.append("- %s %s: not measured: %s" % (u["peer"], u["collective"], u["why"]))
+        for u in res.get("substitutes", []):
+            out.append("- %s %s: measured with %s" % (u["peer"], u["collective"], u["api"]))
     if res.get("baseline"):
         out += ["", "Baselines (scripts/bench/baseline.py, one thread / one stream):", ""]
         for b in res["baseline"]:
@@ -278,18 +505,14 @@ def markdown(res):
                 "%.0f" % s["processgroup"] if "processgroup" in s else "-",
                 "%.0f" % s["processgroup-pipelined"] if "processgroup-pipelined" in s else "-",
                 "%.2f" % s["overhead_us"] if "overhead_us" in s else "-"))
-    if res["goals"]:
-        out += ["", "Goals (issue 3):", "", "| goal | measured | met |", "|---|---|---|"]
-        for g in res["goals"]:
-            out.append("| %s | %s | %s |" % (g["goal"], g["value"], "yes" if g["met"] else "NO"))
     rounds = [r for r in res["rows"] if "large_time_us_rounds" in r or "small_latency_us_rounds" in r]
     if rounds:
-        out += ["", "Per-round medians (us), small size then large size:", ""]
+        out += ["", "Per-round means (us), allreduce, %d ranks, smallest size | largest size:" % res.get("world", 2), ""]
         for r in rounds:
             out.append("- %s/%s: %s | %s" % (
                 r["peer"], r["transport"],
-                ", ".join("%.1f" % x for x in r.get("small_latency_us_rounds", [])),
-                ", ".join("%.0f" % x for x in r.get("large_time_us_rounds", []))))
+                ", ".join(fmt_us(x) for x in r.get("small_latency_us_rounds", [])),
+                ", ".join(fmt_us(x) for x in r.get("large_time_us_rounds", []))))
     return "\n".join(out) + "\n"
 
 
@@ -301,9 +524,10 @@ def main():
     with open(os.path.join(args.dir, "meta.json")) as f:
         meta = json.load(f)
     recs = load_records(os.path.join(args.dir, "raw", "records.jsonl"))
+    late = load_records(os.path.join(args.dir, "raw", "late.jsonl"))
     launch = parse_launch(os.path.join(args.dir, "raw", "launch.txt"))
     baseline = load_baseline(os.path.join(args.dir, "raw", "baseline.jsonl"))
-    res = build(meta, recs, launch, baseline)
+    res = build(meta, recs, launch, baseline, late)
     with open(os.path.join(args.dir, "results.json"), "w") as f:
         json.dump(res, f, indent=2)
         f.write("\n")
@@ -311,7 +535,7 @@ def main():
     with open(os.path.join(args.dir, "results.md"), "w") as f:
         f.write(md)
     sys.stdout.write(md)
-    return 0 if recs else 1
+    return 0 if recs or late else 1
 
 
 if __name__ == "__main__":

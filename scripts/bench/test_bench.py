@@ -1,18 +1,27 @@
 """Unit tests of the bench-compare helpers (no peers, no ranks needed).
 
     /usr/bin/python3 -m unittest discover -s scripts/bench -p 'test_*.py'
+
+(or /usr/bin/python3 -m pytest scripts/bench where pytest is installed).
+The MPI test needs numpy (Debian's /usr/bin/python3 has it); nothing here
+starts a rank, mpirun or torch.distributed.
 """
 
+import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
+from contextlib import redirect_stdout
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
+import gloo_allreduce  # noqa: E402
+import mpi_allreduce  # noqa: E402
 import summarize  # noqa: E402
 
 
@@ -40,13 +49,135 @@ class SizeTest(unittest.TestCase):
         self.assertEqual((r["mean_us"], r["p50_us"], r["p90_us"]), (5.5, 5.5, 9.0))
         r4 = common.result("gloo", "tcp", 4, 64 << 20, [2000.0])
         self.assertAlmostEqual(r4["busbw_GBps"], r4["algbw_GBps"] * 1.5, places=5)
+        self.assertEqual((r4["collective"], r4["req_bytes"], r4["redop"]), ("allreduce", 64 << 20, "sum"))
+
+    def test_layout_as_allreduce_bench(self):
+        # the float32 cases of allreduce-bench's TestLayout (collective_test.go)
+        self.assertEqual(common.layout("allreduce", 4096, 3), (1024, 1024, 0))
+        self.assertEqual(common.layout("allreduce", 2, 2), (1, 1, 0))
+        self.assertEqual(common.layout("allgather", 4096, 3), (1023, 341, 1023))
+        self.assertEqual(common.layout("allgather", 4, 4), (4, 1, 4))
+        self.assertEqual(common.layout("reducescatter", 4096, 4), (1024, 1024, 256))
+        self.assertEqual(common.layout("broadcast", 40, 4), (10, 10, 0))
+        with self.assertRaises(ValueError):
+            common.layout("gather", 4, 2)
+        self.assertAlmostEqual(common.bus_factor("allreduce", 4), 1.5)
+        self.assertAlmostEqual(common.bus_factor("allgather", 4), 0.75)
+        self.assertAlmostEqual(common.bus_factor("reducescatter", 3), 2.0 / 3)
+        self.assertEqual(common.bus_factor("broadcast", 8), 1.0)
+
+    def test_result_of_other_collectives(self):
+        r = common.result("openmpi", "shm", 3, 4096, [1.0], "allgather")
+        self.assertEqual((r["req_bytes"], r["bytes"], r["count"], r["redop"]), (4096, 4092, 1023, "none"))
+        self.assertAlmostEqual(r["busbw_GBps"], r["algbw_GBps"] * 2 / 3, places=5)
+        r = common.result("openmpi", "shm", 3, 8, [1.0], "reducescatter")
+        self.assertEqual((r["req_bytes"], r["bytes"], r["redop"]), (8, 12, "sum"))
+        r = common.result("openmpi", "shm", 4, 4096, [1.0], "broadcast")
+        self.assertEqual((r["bytes"], r["busbw_GBps"]), (4096, r["algbw_GBps"]))
+
+
+class LoopTest(unittest.TestCase):
+    def test_time_loop(self):
+        ev = []
+        clock = iter(range(0, 10 ** 6, 500))  # 0.5 µs per reading
+        times = common.time_loop(lambda: ev.append("op"), 2, 3, lambda: ev.append("barrier"), lambda: next(clock))
+        self.assertEqual(ev, ["op", "op", "barrier", "op", "op", "op"])
+        self.assertEqual(times, [0.5, 0.5, 0.5])
+
+    def test_measure_all(self):
+        args = common.arg_parser("x").parse_args(["--sizes", "4,2MiB", "--iters", "4", "--warmup", "1",
+                                                  "--large-iters", "2", "--large-warmup", "0",
+                                                  "--collective", "allgather"])
+        made, seen = [], []
+
+        def max_reduce(ts):
+            seen.append(len(ts))
+            return [10.0] * len(ts)
+
+        def run(lead):
+            buf = io.StringIO()
+            with redirect_stdout(buf):
+                common.measure_all(args, 2, lead, lambda s: made.append(s) or (lambda: None),
+                                   lambda: None, max_reduce, "p", "t", {"x": 1})
+            return [json.loads(x) for x in buf.getvalue().splitlines()]
+
+        recs = run(True)
+        self.assertEqual(made, [4, 2 << 20])
+        self.assertEqual(seen, [4, 2])  # small and large iteration counts
+        self.assertEqual([(r["req_bytes"], r["bytes"], r["collective"], r["mean_us"], r["x"]) for r in recs],
+                         [(4, 8, "allgather", 10.0, 1), (2 << 20, 2 << 20, "allgather", 10.0, 1)])
+        self.assertEqual(run(False), [])  # only the lead rank prints
+
+
+class PeerTest(unittest.TestCase):
+    def test_mpi_calls(self):
+        import numpy as np
+        calls = []
+
+        class Comm:
+            def Get_size(self):
+                return 3
+
+            def __getattr__(self, name):
+                return lambda *a, **k: calls.append((name, [x.size for x in a if hasattr(x, "size")], k))
+
+        mpi = types.SimpleNamespace(IN_PLACE="inplace", SUM="sum")
+        for coll in common.COLLECTIVES:
+            mpi_allreduce.make_op(Comm(), mpi, np, coll, 4096)()
+        self.assertEqual(calls, [
+            ("Allreduce", [1024], {"op": "sum"}),
+            ("Allgather", [341, 1023], {}),
+            ("Reduce_scatter_block", [1023, 341], {"op": "sum"}),
+            ("Bcast", [1024], {"root": 0}),
+        ])
+
+    def test_gloo_pick_call(self):
+        ran = []
+
+        def refuse(*a, **k):
+            raise RuntimeError("no support for _allgather_base in Gloo process group")
+
+        dist = types.SimpleNamespace(all_gather_into_tensor=refuse, ReduceOp=types.SimpleNamespace(SUM="sum"),
+                                     all_gather=lambda outs, inp: ran.append(len(outs)),
+                                     reduce_scatter_tensor=refuse, reduce_scatter=refuse,
+                                     broadcast=lambda t, src: ran.append("b"))
+        api, call = gloo_allreduce.pick_call(dist, FakeTorch(), "allgather", 2)
+        self.assertEqual(api, "all_gather into n views (refused: all_gather_into_tensor: "
+                              "no support for _allgather_base in Gloo process group)")
+        self.assertEqual(ran, [2])
+        api, why = gloo_allreduce.pick_call(dist, FakeTorch(), "reducescatter", 2)
+        self.assertIsNone(api)
+        self.assertIn("torch 1.13.0a0's Gloo refuses it: reduce_scatter_tensor: no support", why)
+        self.assertIn("reduce_scatter over n views: no support", why)
+        api, _ = gloo_allreduce.pick_call(dist, FakeTorch(), "broadcast", 2)
+        self.assertEqual(api, "broadcast")
+
+
+class FakeTorch:
+    """torch's zeros/float32/__version__, with tensors whose chunk() splits a list."""
+
+    __version__, float32 = "1.13.0a0", "f32"
+
+    def zeros(self, n, dtype):
+        return FakeTensor(n)
+
+
+class FakeTensor(list):
+    def __init__(self, n):
+        super().__init__([0.0] * n)
+
+    def chunk(self, k):
+        m = len(self) // k
+        return [self[i * m:(i + 1) * m] for i in range(k)]
 
 
 class TagTest(unittest.TestCase):
     def run_tag(self, text, *sets):
         args = [sys.executable, os.path.join(HERE, "tag.py")]
-        for s in sets:
-            args += ["--set", s]
+        sets = list(sets)
+        while sets:
+            s = sets.pop(0)
+            args += [s, sets.pop(0)] if s.startswith("--") else ["--set", s]
         return subprocess.run(args, input=text, capture_output=True, text=True)
 
     def test_keeps_rank0_records_only(self):
@@ -65,6 +196,30 @@ class TagTest(unittest.TestCase):
         self.assertEqual(recs[0]["peer"], "ranktree")
         self.assertEqual(recs[1]["peer"], "ranktree")  # --set overrides
         self.assertEqual(recs[0]["round"], 2)
+
+    def test_late_and_unsupported_records(self):
+        text = "\n".join([
+            '[rank 0] {"collective":"allreduce","req_bytes":4,"bytes":4,"wake_us":12.0,"wait_cpu_pct":3.0}',
+            '{"peer":"gloo","collective":"reducescatter","unsupported":"refused"}',
+            '{"peer":"gloo","collective":"reducescatter"}',
+        ]) + "\n"
+        p = self.run_tag(text, "peer=x")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        self.assertEqual([sorted(r) for r in recs], [
+            ["bytes", "collective", "peer", "req_bytes", "wait_cpu_pct", "wake_us"],
+            ["collective", "peer", "unsupported"]])
+
+    def test_req_bytes_from_sizes(self):
+        # an older allreduce-bench: no req_bytes; allgather of 4 and 8 B on 3
+        # ranks both use 12 B, 4 KiB uses 4092 B; 16 B failed (missing)
+        text = "".join('[rank 0] {"collective":"allgather","bytes":%d,"time_us":1}\n' % b for b in (12, 12, 4092))
+        text += '[rank 0] {"collective":"allgather","req_bytes":64,"bytes":63,"time_us":1}\n'
+        p = self.run_tag(text, "world=3", "--sizes", "4,8,16,4KiB")
+        recs = [json.loads(x) for x in p.stdout.splitlines()]
+        self.assertEqual([r["req_bytes"] for r in recs], [4, 8, 4096, 64])
+        p = self.run_tag('{"bytes":12,"time_us":1}\n')
+        self.assertEqual(json.loads(p.stdout)["req_bytes"], 12)  # no --sizes: the bytes
 
     def test_nothing_found_fails(self):
         p = self.run_tag("[rank 0] allreduce-bench: joining the job: boom\n")
@@ -99,7 +254,7 @@ class SummarizeTest(unittest.TestCase):
         goals = {g["goal"]: g["met"] for g in res["goals"]}
         self.assertTrue(goals["64 MiB algbw >= 4x Gloo (shm)"])
         self.assertTrue(goals["64 MiB algbw >= 2x Open MPI (shm)"])
-        self.assertTrue(goals["4 B latency <= 10 us (shm)"])
+        self.assertTrue(goals["4 B latency (mean) <= 10 us (shm)"])
 
     def test_ratio_uses_peers_best_row(self):
         recs = self.recs() + [
@@ -113,7 +268,7 @@ class SummarizeTest(unittest.TestCase):
             if r["peer"] == "ranktree" and r["bytes"] == 4:
                 r["time_us"] = 50.0
         goals = {g["goal"]: g["met"] for g in summarize.build({"world_size": 2}, recs, None)["goals"]}
-        self.assertFalse(goals["4 B latency <= 10 us (shm)"])
+        self.assertFalse(goals["4 B latency (mean) <= 10 us (shm)"])
 
     def test_sweep(self):
         recs = []
@@ -129,16 +284,117 @@ class SummarizeTest(unittest.TestCase):
         self.assertEqual(res["world"], 2)
         self.assertEqual(len(res["records"]), len(recs))
         sw = res["sweep"]
-        self.assertEqual(sorted(sw), [2, 3])
-        c = sw[3]["rows"][0]["cols"]
+        self.assertEqual([(t["collective"], t["world"]) for t in sw], [("allreduce", 2), ("allreduce", 3)])
+        c = sw[1]["rows"][0]["cols"]
         self.assertEqual(c["ranktree/shm"]["mean_us"], 12.0)     # median of 9, 15, 12
         self.assertEqual(c["ranktree/shm"]["mean_us_min"], 9.0)
         self.assertEqual(c["openmpi/shm"]["mean_us"], 6.0)       # median of 3, 6, 27
         self.assertAlmostEqual(c["ranktree/shm"]["vs_openmpi"], 2.0)
-        self.assertNotIn("vs_openmpi", sw[2]["rows"][1]["cols"]["ranktree/shm"])
+        self.assertAlmostEqual(c["openmpi/shm"]["spread"], 2.0)  # 6 / 3: flagged
+        self.assertNotIn("vs_openmpi", sw[0]["rows"][1]["cols"]["ranktree/shm"])
         md = summarize.markdown(res)
-        self.assertIn("3 ranks, mean time per allreduce", md)
-        self.assertIn("| 4 B | 12.0 (9.0) | 6.0 (3.0) | 2.00x |", md)
+        self.assertIn("allreduce, 3 ranks: mean time per op in us", md)
+        self.assertIn("| 4 B | 12.0 (9.00) | 6.00 (3.00) | 2.00x |", md)
+        # stability: openmpi's 4 B cell (median 2, best 1 at 2 ranks; 6 / 3 at 3) is flagged
+        st = res["stability"]
+        self.assertEqual(st["cells"], 8)
+        self.assertEqual(sorted((f[1], f[2], f[3]) for f in st["flagged"]), [(2, "openmpi/shm", 4), (3, "openmpi/shm", 4)])
+        self.assertIn("2 of 8 cells above 1.5x", md)
+        self.assertIn("**6.00 / 3.00 = 2.00x !**", md)
+        self.assertIn("| 4 B | 12.0 / 9.00 = 1.33x |", md)
+
+    def collective_recs(self):
+        """allgather and broadcast on 3 ranks, ranktree and Open MPI, 3 rounds;
+        allgather of 4 and 8 B both use 12 B; Gloo cannot reducescatter."""
+        out = []
+        for rnd in range(3):
+            for peer, f in (("ranktree", 3.0), ("openmpi", 1.0)):
+                for req, used in ((4, 12), (8, 12), (4096, 4092)):
+                    out.append({"peer": peer, "transport": "shm", "collective": "allgather", "world": 3, "round": rnd,
+                                "req_bytes": req, "bytes": used, "time_us": f, "mean_us": f * (2 if req == 8 else 1),
+                                "p50_us": f / 2, "p90_us": f * 4})
+                out.append({"peer": peer, "transport": "shm", "collective": "broadcast", "world": 3, "round": rnd,
+                            "req_bytes": 4096, "bytes": 4096, "time_us": 1.0, "mean_us": 1.0 + rnd})
+        out.append({"peer": "gloo", "collective": "reducescatter", "world": 3, "round": 0, "transport": "tcp",
+                    "unsupported": "torch 1.13's Gloo refuses it"})
+        out.append({"peer": "gloo", "transport": "tcp", "collective": "allgather", "world": 3, "round": 0,
+                    "req_bytes": 4, "bytes": 12, "time_us": 500.0, "api": "all_gather into n views (refused: x)"})
+        return out
+
+    def test_collectives(self):
+        res = summarize.build({"world_size": 3}, self.collective_recs(), None)
+        self.assertEqual(res["rows"], [])  # no allreduce: no summary rows
+        sw = {(t["collective"], t["world"]): t for t in res["sweep"]}
+        self.assertEqual(sorted(sw), [("allgather", 3), ("broadcast", 3)])
+        rows = sw[("allgather", 3)]["rows"]
+        self.assertEqual([(r["bytes"], r["used_bytes"]) for r in rows], [(4, 12), (8, 12), (4096, 4092)])
+        self.assertEqual(rows[1]["cols"]["ranktree/shm"]["mean_us"], 6.0)  # 8 B kept apart from 4 B
+        self.assertEqual(rows[1]["cols"]["ranktree/shm"]["rounds"], 3)
+        self.assertAlmostEqual(rows[0]["cols"]["ranktree/shm"]["vs_openmpi"], 3.0)
+        self.assertEqual((rows[0]["cols"]["ranktree/shm"]["p50_us"], rows[0]["cols"]["ranktree/shm"]["p90_us"]), (1.5, 12.0))
+        goals = {g["goal"]: g for g in res["goals15"]}
+        g = goals["allgather, 3 ranks, shm: <= Open MPI from 4 KiB, <= 2x below"]
+        self.assertFalse(g["met"])
+        self.assertEqual(g["value"], "below 4 KiB worst 3.00x at 4 B; from 4 KiB worst 3.00x at 4 KiB")
+        self.assertTrue(goals["broadcast, 3 ranks, shm: <= Open MPI from 4 KiB, <= 2x below"]["met"])
+        md = summarize.markdown(res)
+        self.assertIn("### allgather", md)
+        self.assertNotIn("## Summary", md)  # no allreduce measured
+        self.assertIn("| 8 B (12 B) | 6.00 (6.00) | - | 2.00 (2.00) | 3.00x |", md)
+        self.assertIn("| 4 B (12 B) | 1.50 / 12.0 | 500.0 / - | 0.50 / 4.00 |", md)  # p50 / p90
+        self.assertIn("- gloo reducescatter: not measured: torch 1.13's Gloo refuses it", md)
+        self.assertIn("- gloo allgather: measured with all_gather into n views (refused: x)", md)
+        self.assertIn("broadcast, 3 ranks: median / best", md)
+        self.assertIn("**2.00 / 1.00 = 2.00x !**", md)  # broadcast means 1, 2, 3
+
+    def test_mean_is_the_headline(self):
+        recs = []
+        for rnd, (med, mean) in enumerate([(2.0, 30.0), (2.5, 10.0), (3.0, 20.0)]):
+            recs.append({"peer": "ranktree", "transport": "shm", "bytes": 4, "time_us": med, "p50_us": med,
+                         "mean_us": mean, "p90_us": 4 * med, "round": rnd})
+        res = summarize.build({"world_size": 2}, recs, None)
+        row = res["rows"][0]
+        self.assertEqual((row["small_latency_us"], row["small_p50_us"], row["small_p90_us"]), (20.0, 2.5, 10.0))
+        self.assertEqual(row["small_latency_us_rounds"], [30.0, 10.0, 20.0])
+        goals = {g["goal"]: g for g in res["goals"]}
+        self.assertFalse(goals["4 B latency (mean) <= 10 us (shm)"]["met"])  # the medians would pass
+        self.assertIn("| ranktree | shm | 20.00 | 2.50 / 10.00 |", summarize.markdown(res))
+
+    def test_goals15(self):
+        recs = []
+        for rnd in range(3):
+            for size, rt, mpi, gloo in ((4, 2.0, 1.0, 100.0), (64 << 20, 5000.0 + rnd * 100, 25000.0, 40000.0)):
+                recs += [
+                    {"peer": "ranktree", "transport": "shm", "bytes": size, "time_us": rt, "mean_us": rt, "round": rnd, "world": 2},
+                    {"peer": "openmpi", "transport": "shm", "bytes": size, "time_us": mpi, "mean_us": mpi, "round": rnd, "world": 2},
+                    {"peer": "gloo", "transport": "tcp", "bytes": size, "time_us": gloo, "mean_us": gloo, "round": rnd, "world": 2},
+                ]
+            recs.append({"peer": "ranktree", "transport": "tcp", "bytes": 4, "time_us": 15.0, "mean_us": 15.0 + rnd, "round": rnd, "world": 2})
+        late = [{"peer": "ranktree", "transport": "shm", "world": 2, "round": 1, "collective": "allreduce",
+                 "req_bytes": s, "bytes": s, "late_rank": 1, "late_us": 5000, "wait_cpu_pct": cpu,
+                 "wait_cpu_pct_max": cpu * 2, "wake_us": wake, "wake_us_min": 1, "wake_us_max": 90, "lag_us": 3}
+                for s, cpu, wake in ((4, 5.0, 12.0), (4096, 60.0, 30.0))]
+        res = summarize.build({"world_size": 2}, recs, None, late=late)
+        g = {x["goal"]: x for x in res["goals15"]}
+        x = g["allreduce, 2 ranks, shm: mean <= Open MPI's at every size"]
+        self.assertEqual((x["value"], x["met"]), ("1 of 2 sizes; worst 2.00x at 4 B", False))
+        x = g["stable: median of the rounds <= 1.5x the best, every size (allreduce, 2 ranks, shm)"]
+        self.assertEqual((x["value"], x["met"]), ("worst 1.02x at 64 MiB (3 rounds)", True))
+        x = g["tcp: 4 B allreduce mean <= 20 us (2 ranks)"]
+        self.assertEqual((x["value"], x["met"]), ("16.0 us", True))
+        x = g["64 MiB allreduce algbw >= 6.5x Gloo (2 ranks, shm)"]
+        self.assertEqual((x["value"], x["met"]), ("7.84x", True))  # 40000 / 5100
+        x = g["late rank (5000 us): waiting rank's CPU <= 10% of a core"]
+        self.assertEqual((x["value"], x["met"]), ("worst 60.0% at 4 KiB", False))
+        x = g["late rank (5000 us): waiting rank returns <= 20 us after its arrival"]
+        self.assertEqual((x["value"], x["met"]), ("worst 30.0 us at 4 KiB (median over iterations)", False))
+        md = summarize.markdown(res)
+        self.assertIn("## Late arrival", md)
+        self.assertIn("| 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | 1 |", md)
+        # one round: stability cannot be judged
+        one = [r for r in recs if r["round"] == 0]
+        g = {x["goal"]: x for x in summarize.build({"world_size": 2}, one, None)["goals15"]}
+        self.assertIsNone(g["stable: median of the rounds <= 1.5x the best, every size (allreduce, 2 ranks, shm)"]["met"])
 
     def test_launch_parse(self):
         text = "\n".join([
@@ -161,7 +417,7 @@ class SummarizeTest(unittest.TestCase):
 
     def test_markdown_has_table(self):
         md = summarize.markdown(summarize.build({"world_size": 2}, self.recs(), None))
-        self.assertIn("| ranktree | shm | 9.0 | 25.0 |", md)
+        self.assertIn("| ranktree | shm | 9.00 | 9.00 / - | 25.00 | 2.684 |", md)
         self.assertIn("5.20x", md)  # 130/25
 
 

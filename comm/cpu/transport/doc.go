@@ -10,8 +10,11 @@
 //     read delivers into (copy, reduce, or segments), Ctl, the state every
 //     link of one engine shares (stop, wake-ups, notice handlers), and the
 //     backoff that paces polling.
-//   - tcp.go: TCPLink, over one authenticated TCP connection, with reader
-//     and writer goroutines; shm.go, shm_copy.go: ShmLink, two rings in a
+//   - tcp.go: TCPLink, over one authenticated TCP connection, whose poll
+//     reads the socket itself while the progress goroutine waits, with a
+//     reader goroutine for the rest of the time and a writer goroutine for
+//     queued sends, and TCPWait, how waits on TCP links poll before they
+//     park; shm.go, shm_copy.go: ShmLink, two rings in a
 //     shared-memory segment per pair of ranks on one host; inmem.go:
 //     InmemHub, the same rings in Go memory for ranks that are goroutines
 //     of one process (the counterpart of hashicorp/raft's
@@ -22,12 +25,13 @@
 //     messages to the current op (fingerprint, step, length), stashing
 //     point-to-point messages; it implements the comm/cpu Mesh interface
 //     the algorithms are written against.
-//   - shm_group.go, futex_linux.go, mesh_flat.go: the group segment of a
-//     group whose 2..MaxFlatRanks ranks share a host (per-rank
-//     double-buffered slots, sequence words, futex bells), the wait policy
-//     (spin at most 50 µs, or yield when oversubscribed, then FUTEX_WAIT in
-//     1 ms slices; docs/algorithms.md, "Waiting"), and Mesh's Slots
-//     methods for the one-step algorithms.
+//   - shm_group.go, doorbell_linux.go, mesh_flat.go: the group segment of
+//     a group whose 2..MaxFlatRanks ranks share a host (per-rank
+//     double-buffered slots, sequence words, sleeping flags) and its
+//     per-rank doorbell FIFOs, the wait policy (spin at most 50 µs, or
+//     yield when oversubscribed, then sleep on the doorbell through the
+//     Go netpoller in slices of 1-8 ms; docs/algorithms.md, "Waiting"),
+//     and Mesh's Slots methods for the one-step algorithms.
 //   - inmem_mesh.go: InmemMesh, the ranks of a group connected in memory,
 //     each with a ready Mesh, for algorithm tests without an engine.
 //

@@ -222,7 +222,7 @@ func (h *InmemHub) Connect(ctx context.Context, cfg InmemConfig, c *Ctl) ([]Link
 	g := GroupOver(mem, cfg.Size, cfg.SlotBytes, cfg.Rank)
 	g.Release = release
 	// Every rank is a goroutine of this process: waits keep the backoff
-	// of link.go, not the group's futex policy (see ShmGroup.Futex).
+	// of link.go, not the group's doorbell policy (see ShmGroup.Doorbell).
 	return links, g, nil
 }
 

@@ -30,12 +30,15 @@ type Mesh struct {
 	rank, size int
 	links      []Link // nil at rank
 	ctl        *Ctl
-	Spin       bool       // some link is polled by spinning
-	tcps       []*TCPLink // the TCP data links (see wait)
-	stash      [][]stashed
-	dirty      []bool // links sent to since the last Flush
-	Cur        OpCtx  // the op being executed (Begin)
-	anyNext    int    // rotates the first peer an any-source Recv polls
+	Spin       bool // some link is polled by spinning
+	// tcpWait is how a wait on TCP data links polls before it parks
+	// (TCPLink.SetWait), and tcpSince when the current wait began.
+	tcpWait  TCPWait
+	tcpSince time.Time
+	stash    [][]stashed
+	dirty    []bool // links sent to since the last Flush
+	Cur      OpCtx  // the op being executed (Begin)
+	anyNext  int    // rotates the first peer an any-source Recv polls
 	// Grp is the group segment (shm_group.go) or nil; with it the mesh
 	// also offers the slots of the one-step algorithms (mesh_flat.go).
 	Grp *ShmGroup
@@ -79,7 +82,7 @@ func NewMesh(rank, size int, links []Link, c *Ctl) *Mesh {
 			m.Spin = true
 		}
 		if tl, ok := l.(*TCPLink); ok && tl.data {
-			m.tcps = append(m.tcps, tl)
+			m.tcpWait = tl.wait
 		}
 	}
 	m.Fatal = func() error { return nil }
@@ -175,12 +178,13 @@ func (m *Mesh) RecvReduce(peer, step int, dst []byte) error {
 // wait pauses until something may have arrived; it returns an error if the
 // engine stopped or recorded a fatal error.
 //
-// A message on a TCP link is read by the link's reader goroutine, which
-// runs once the Go scheduler has polled the network. The scheduler does
-// not poll it while this goroutine spins (with GOMAXPROCS=1, as rankrunner
-// gives two ranks on two cores, only sysmon would, every 10 ms), so both
-// waits below peek at the TCP sockets and, when bytes are there, park until
-// the reader pokes ctl.notify.
+// A TCP link's poll reads its socket itself, without blocking, so a wait
+// that returns at once, for the caller to poll again, picks a message up
+// with no hand-off: not through the link's reader goroutine, which runs
+// only once the Go scheduler polls the network (with GOMAXPROCS=1, as
+// rankrunner runs each rank, not while this goroutine keeps the P). So
+// the TCP waits below poll for a bounded time (TCPWait), then park until a
+// reader goroutine pokes ctl.notify.
 func (m *Mesh) wait(b *backoff) error {
 	if err := m.Fatal(); err != nil {
 		return err
@@ -190,41 +194,16 @@ func (m *Mesh) wait(b *backoff) error {
 			b.reset()
 			return nil
 		}
-		if m.tcpReadable() {
-			return m.park(tcpParkMax)
-		}
 		return b.pause(m.ctl)
 	}
-	// TCP links only: before sleeping, peek at the sockets for a while, so
-	// that a message microseconds away is picked up without this thread
-	// sleeping (and, on a VM, its vCPU halting and waiting for an
-	// interrupt).
-	if b.n < tcpPeekIters {
-		b.n++
-		if m.tcpReadable() {
-			b.n = tcpPeekIters
-		} else {
-			select {
-			case <-m.ctl.notify:
-			case <-m.ctl.Stop:
-				return ErrStopped
-			default:
-			}
-			return nil
-		}
+	if b.n == 0 {
+		m.tcpSince = time.Now()
+	}
+	b.n++
+	if m.tcpWait.poll(m.tcpSince) {
+		return nil
 	}
 	return m.park(0)
-}
-
-// tcpReadable reports whether a TCP data link has unread bytes in the
-// kernel that its reader goroutine is ready to take.
-func (m *Mesh) tcpReadable() bool {
-	for _, l := range m.tcps {
-		if l.readable() {
-			return true
-		}
-	}
-	return false
 }
 
 // park blocks until a reader goroutine pokes ctl.notify or the engine

@@ -86,7 +86,7 @@ func (m *Mesh) Slot(p, n int) ([]byte, error) {
 
 // Done implements Slots. It wakes nobody: a rank waits for acks only as
 // a safety check that does not wait in practice (Publish), and such a
-// wait re-checks every futexSlice.
+// wait re-checks after every sleep slice.
 func (m *Mesh) Done() {
 	m.Grp.r[m.rank].ack.Store(m.Grp.K)
 }
@@ -94,7 +94,7 @@ func (m *Mesh) Done() {
 // wakePeers wakes the peers that sleep waiting (for a slot, an ack or a
 // message): on their bells (shm_group.go), or through the pair links.
 func (m *Mesh) wakePeers() {
-	if m.Grp.Futex {
+	if m.Grp.Doorbell {
 		m.Grp.wakePeers()
 		return
 	}

@@ -19,8 +19,8 @@ import (
 // ranks that all live on one host (every link shm), created by group rank
 // 0 at rendezvous, mapped by every member (MAP_POPULATE: pre-faulted) and
 // unlinked once all did. It holds, per rank, the slots of the one-step
-// ("flat") algorithms (comm/cpu/allreduce_flat.go) and the doorbell its waits sleep
-// on. Layout:
+// ("flat") algorithms (comm/cpu/allreduce_flat.go) and the flag its waits
+// sleep behind. Layout:
 //
 //	0     magic u64 | 8 ranks u64 | 16 slot bytes u64        (one page)
 //	4096  rank 0's block, then rank 1's, ... (grpBlockBytes each)
@@ -30,12 +30,18 @@ import (
 //
 //	0    seq  u64  flat ops this rank has published (written by the rank)
 //	128  ack  u64  flat ops this rank has finished reading (by the rank)
-//	256  bell u32  futex word: bumped by whoever wakes the rank
-//	384  sleeping u32  set by the rank while it may block on bell
+//	256  (unused)
+//	384  sleeping u32  set by the rank while it may block on its doorbell
 //	512  slot 0: 64-byte header (the op's fingerprint) + slot bytes
 //	     slot 1: the same; op k uses slot k%2 (double buffering)
+//
+// Beside the segment, each rank has a doorbell: a FIFO (named pipe)
+// <segment>-bell<rank>, made by group rank 0 with the segment and opened
+// by every rank (O_RDWR, non-blocking, so that opening never waits for
+// the other end). A rank sleeps by reading its own through the Go
+// netpoller; whoever wakes it writes one byte. See "The wait policy".
 const (
-	grpMagic     = 0x52544752_50310000 // "RTGRP1"
+	grpMagic     = 0x52544752_50320000 // "RTGRP2" (doorbell FIFOs)
 	grpHeadBytes = 4096
 	grpCtlBytes  = 512
 	// maxFlatRanks bounds the groups that get a group segment: every rank
@@ -52,9 +58,9 @@ func grpBytes(n, slot int) int { return grpHeadBytes + n*grpBlockBytes(slot) }
 
 // flatRank is one rank's block of the group segment.
 type flatRank struct {
-	seq, ack       *atomic.Uint64
-	bell, sleeping *atomic.Uint32
-	slot           [2][]byte // header + payload
+	seq, ack *atomic.Uint64
+	sleeping *atomic.Uint32
+	slot     [2][]byte // header + payload
 }
 
 // ShmGroup is this rank's view of the group segment. Only the progress
@@ -65,16 +71,19 @@ type ShmGroup struct {
 	rank, size int
 	slotBytes  int
 	r          []flatRank
-	// spin is how long a wait spins before it blocks on the rank's bell
-	// (0: never; see pace).
+	// Spin is how long a wait spins before it sleeps on the rank's
+	// doorbell (0: never; see pace).
 	Spin time.Duration
-	// yield is how long a wait yields the CPU (sched_yield) before it
-	// blocks when it may not spin (oversubscribed; 0: never).
+	// Yield is how long a wait yields the CPU (sched_yield) before it
+	// sleeps when it may not spin (oversubscribed; 0: never).
 	Yield time.Duration
-	// futex is set when the waits of this rank follow the policy below
-	// (the group spans processes, cpu.Engine.attachGroup); otherwise they use
-	// link.go's backoff and wake through the pair links.
-	Futex bool
+	// Doorbell is set when the waits of this rank follow the policy below
+	// (the group spans processes, cpu.Engine.attachGroup); otherwise they
+	// use link.go's backoff and wake through the pair links.
+	Doorbell bool
+	// bells are the doorbells (doorbell_linux.go) of a segment in a file;
+	// nil for Go memory.
+	bells *bells
 	// k is the number of flat ops this rank has published.
 	K uint64
 	// release gives Go memory back to its InmemHub (inmem transport).
@@ -94,16 +103,16 @@ func GroupOver(mem []byte, n, slot, rank int) *ShmGroup {
 	for p := range n {
 		b := grpHeadBytes + p*bb
 		u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[b+off])) }
-		u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[b+off])) }
 		s0 := b + grpCtlBytes
 		s1 := s0 + HeaderSize + slot
-		g.r[p] = flatRank{seq: u64(0), ack: u64(128), bell: u32(256), sleeping: u32(384),
+		g.r[p] = flatRank{seq: u64(0), ack: u64(128), sleeping: (*atomic.Uint32)(unsafe.Pointer(&mem[b+384])),
 			slot: [2][]byte{mem[s0 : s0+HeaderSize+slot : s0+HeaderSize+slot], mem[s1 : s1+HeaderSize+slot : s1+HeaderSize+slot]}}
 	}
 	return g
 }
 
-// CreateGroupShm creates, maps and stamps the group segment (group rank 0).
+// CreateGroupShm creates, maps and stamps the group segment and creates
+// its doorbells (group rank 0).
 func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 	path := filepath.Join(dir, fmt.Sprintf("ranktree-%d-%s-grp", os.Getpid(), randomName()))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
@@ -121,17 +130,29 @@ func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 		_ = os.Remove(path)
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
+	if err := makeBells(path, n); err != nil {
+		_ = syscall.Munmap(mem)
+		_ = os.Remove(path)
+		return nil, err
+	}
+	bs, err := openBells(path, n, 0)
+	if err != nil {
+		_ = syscall.Munmap(mem)
+		_ = os.Remove(path)
+		removeBells(path, n)
+		return nil, err
+	}
 	le := binary.LittleEndian
 	le.PutUint64(mem[8:], uint64(n))
 	le.PutUint64(mem[16:], uint64(slot))
 	(*atomic.Uint64)(unsafe.Pointer(&mem[0])).Store(grpMagic)
 	g := GroupOver(mem, n, slot, 0)
-	g.Path = path
+	g.Path, g.bells = path, bs
 	return g, nil
 }
 
-// OpenGroupShm maps the group segment rank 0 created and checks that it
-// was made for n ranks and slots of slot bytes.
+// OpenGroupShm maps the group segment rank 0 created, checks that it
+// was made for n ranks and slots of slot bytes and opens its doorbells.
 func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
 	size := grpBytes(n, slot)
 	f, err := openSegment(path, size, "group shm segment", "FlatThreshold")
@@ -149,13 +170,22 @@ func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
 		return nil, fmt.Errorf("group shm segment %s was made for %d ranks and %d-byte slots, want %d and %d",
 			path, le.Uint64(mem[8:]), le.Uint64(mem[16:]), n, slot)
 	}
+	bs, err := openBells(path, n, rank)
+	if err != nil {
+		_ = syscall.Munmap(mem)
+		return nil, err
+	}
 	g := GroupOver(mem, n, slot, rank)
-	g.Path = path
+	g.Path, g.bells = path, bs
 	return g, nil
 }
 
-// Unlink removes the segment's file (once every rank mapped it).
-func (g *ShmGroup) Unlink() { _ = os.Remove(g.Path) }
+// Unlink removes the segment's file and its doorbells' (once every rank
+// opened them).
+func (g *ShmGroup) Unlink() {
+	_ = os.Remove(g.Path)
+	removeBells(g.Path, g.size)
+}
 
 // Unmap unmaps the segment (or gives Go memory back to its hub), once
 // no goroutine uses it.
@@ -171,6 +201,7 @@ func (g *ShmGroup) Unmap() {
 	if !g.unmapped {
 		g.unmapped = true
 		_ = syscall.Munmap(g.mem)
+		g.bells.close()
 	}
 }
 
@@ -185,14 +216,14 @@ func (g *ShmGroup) wakeSelf() {
 	g.mu.RUnlock()
 }
 
-// wake rings rank p's bell if p sleeps on it (or is about to): after
+// wake rings rank p's doorbell if p sleeps on it (or is about to): after
 // whatever p may wait for changed (a slot or ack published, a ring counter
-// moved, a notice arrived, the engine stopped). Safe from any goroutine.
+// moved, a notice arrived, the engine stopped). A rank that does not
+// sleep costs its peers one load per wake. Safe from any goroutine.
 func (g *ShmGroup) wake(p int) {
 	f := &g.r[p]
 	if f.sleeping.Load() != 0 && f.sleeping.CompareAndSwap(1, 0) {
-		f.bell.Add(1)
-		futexWake(f.bell)
+		g.bells.ring(p)
 	}
 }
 
@@ -206,42 +237,56 @@ func (g *ShmGroup) wakePeers() {
 }
 
 // The wait policy. A rank waiting for a peer (a slot, a ring counter)
-// spins for at most spinFor of wall-clock time, then blocks in the kernel
-// on its bell (FUTEX_WAIT on a word of the group segment) until the peer
-// that publishes what it waits for rings the bell (FUTEX_WAKE), for at
-// most futexSlice at a time. CPU time a waiting rank burns is taken from
+// spins for at most SpinFor of wall-clock time, then sleeps on its
+// doorbell until the peer that publishes what it waits for rings it, for
+// at most a slice at a time. CPU time a waiting rank burns is taken from
 // the training step's compute on that core (the data loader, the
 // optimizer, the other framework threads), so the spin is short and
 // bounded in time, not in iterations whose length depends on the machine:
 // a rank that waits 5 ms for a late peer spins 50 µs of it and sleeps the
-// rest. It does not spin when the group's ranks outnumber the CPUs they
-// may run on together (their affinity masks, published at rendezvous): a
-// spinning rank would then hold the CPU the peer needs to arrive. It
-// yields the CPU instead (sched_yield), for at most the same 50 µs, which
-// runs the peer at once when it waits on the same CPU: on 2 cores with 3
-// ranks, going straight to the futex measured 2-4x slower (median 100-160
-// µs against 25-55 µs per small allreduce, issue 15's notes), because
-// every wait then paid a sleep and a wake-up through the scheduler. Each
-// futexSlice the waiter wakes up on its own and re-checks that the engine
-// was not aborted, that no peer died or sent a failure notice, so
-// failures are noticed within about a millisecond even if nobody rings.
+// rest. The sleep parks the goroutine in the Go scheduler
+// (doorbell_linux.go), so the rank's other goroutines run meanwhile.
+//
+// It does not spin when the group's ranks outnumber the CPUs they may run
+// on together (their affinity masks, published at rendezvous): a spinning
+// rank would then hold the CPU the peer needs to arrive. It yields the
+// CPU instead (sched_yield) for at most Yield, which runs the peer at once
+// when it waits on the same CPU, as Open MPI's progress loop does when
+// oversubscribed (mpi_yield_when_idle).
+//
+// A sleeper wakes up on its own after sleepSlice and re-checks that the
+// engine was not aborted, that no peer died or sent a failure notice and
+// that no peer launched another op; all but the last also ring the
+// rank's own doorbell, so the slices only bound how late a mismatch
+// between a one-step and a message-based op is noticed.
 //
 // Once a wait of the same loop ended in progress, the peer is known to be
 // moving data (the next ring slot of a large message), not late: such a
 // wait spins, or yields when oversubscribed, for up to spinFlowing before
-// it sleeps, so that a transfer in flight does not pay a futex wake-up
-// per slot.
+// it sleeps, so that a transfer in flight does not pay a wake-up per slot.
 const (
 	SpinFor     = 50 * time.Microsecond
 	spinFlowing = 300 * time.Microsecond
-	futexSlice  = time.Millisecond
+	// firstSlice is a wait's first sleep; each next one doubles, up to
+	// maxSlice.
+	firstSlice = time.Millisecond
+	maxSlice   = 8 * time.Millisecond
 )
+
+// sleepSlice is how long the n-th sleep (from 0) of one wait lasts at most.
+func sleepSlice(n int) time.Duration {
+	if n >= 4 {
+		return maxSlice
+	}
+	return min(firstSlice<<n, maxSlice)
+}
 
 // pace is the state of the waits of one loop (the zero value starts one).
 type pace struct {
 	start time.Time
 	armed *atomic.Uint32 // the sleeping flag raised, or nil
-	bell  uint32         // bell value read when arming
+	// sleeps counts the sleeps of this wait (sleepSlice).
+	sleeps int
 	// flowing is set once a wait of this loop ended in progress: the
 	// peer is moving data, so the next wait (for the next piece of a
 	// message in flight) is short and may last up to spinFlowing before
@@ -249,49 +294,74 @@ type pace struct {
 	flowing bool
 }
 
+// step is what a wait does next (pace.next).
+type step uint8
+
+const (
+	stepSpin  step = iota // re-check, letting this process's goroutines run in between
+	stepYield             // give the CPU to other threads (sched_yield), then re-check
+	stepArm               // raise the sleeping flag, then re-check once more
+	stepSleep             // sleep on the doorbell for at most the returned time
+)
+
+// next is the wait policy as a function of the wait's state and the time
+// now: spin while the wait is younger than spin (> 0), else yield while
+// it is younger than yield, then arm, then sleep slices that grow from
+// firstSlice to maxSlice. A sleep is always preceded by an arm (the
+// caller re-checks in between), and the flag stays up until settle or
+// the sleep's end.
+func (p *pace) next(now time.Time, spin, yield time.Duration) (step, time.Duration) {
+	if p.armed != nil {
+		d := sleepSlice(p.sleeps)
+		p.sleeps++
+		return stepSleep, d
+	}
+	if p.start.IsZero() {
+		p.start = now
+	}
+	age := now.Sub(p.start)
+	switch {
+	case spin > 0:
+		if age < p.budget(spin) {
+			return stepSpin, 0
+		}
+	case yield > 0:
+		if age < p.budget(yield) {
+			return stepYield, 0
+		}
+	}
+	return stepArm, 0
+}
+
 // pause waits a little for a condition the caller re-checks after each
-// call: first spinning (returning at once) for g.spin, then raising the
-// sleeping flag (returning at once, so the caller checks once more: a
-// peer that published before it saw the flag is not missed), then
-// blocking on the bell for at most futexSlice. It returns errStopped once
+// call, as next decides: a spin or a yield returns at once; an arm raises
+// the sleeping flag and returns, so the caller checks once more (a peer
+// that published before it saw the flag is not missed); a sleep parks
+// until the doorbell rings or the slice ends. It returns ErrStopped once
 // c is stopped.
 func (g *ShmGroup) pause(p *pace, c *Ctl) error {
 	if c.Stopped.Load() {
 		return ErrStopped
 	}
-	f := &g.r[g.rank]
-	if p.armed == nil {
-		if g.Spin > 0 {
-			if p.start.IsZero() {
-				p.start = time.Now()
-				return nil
-			}
-			if time.Since(p.start) < p.budget(g.Spin) {
-				// Let this process's other goroutines run (another
-				// rank's progress goroutine, in one process).
-				runtime.Gosched()
-				return nil
-			}
-		} else if g.Yield > 0 {
-			if p.start.IsZero() {
-				p.start = time.Now()
-			}
-			if time.Since(p.start) < p.budget(g.Yield) {
-				// Oversubscribed: hand the CPU to whoever waits for it
-				// (likely the peer this rank waits for).
-				runtime.Gosched()
-				osYield()
-				return nil
-			}
-		}
-		p.bell = f.bell.Load()
-		f.sleeping.Store(1)
-		p.armed = f.sleeping
-		return nil
+	st, d := p.next(time.Now(), g.Spin, g.Yield)
+	switch st {
+	case stepSpin:
+		// Let this process's other goroutines run.
+		runtime.Gosched()
+	case stepYield:
+		// Oversubscribed: hand the CPU to whoever waits for it
+		// (likely the peer this rank waits for).
+		runtime.Gosched()
+		osYield()
+	case stepArm:
+		f := g.r[g.rank].sleeping
+		f.Store(1)
+		p.armed = f
+	case stepSleep:
+		g.bells.sleep(d)
+		p.armed.Store(0)
+		p.armed = nil
 	}
-	futexWait(f.bell, p.bell, futexSlice)
-	p.armed.Store(0)
-	p.armed = nil
 	return nil
 }
 
@@ -316,6 +386,7 @@ func (p *pace) settle() {
 		p.flowing = true
 	}
 	p.start = time.Time{}
+	p.sleeps = 0
 }
 
 // AffinityCPUs lists the CPUs this thread may run on (sched_getaffinity),
@@ -354,14 +425,17 @@ func SpinBudget(n int, masks [][]int) time.Duration {
 }
 
 // UseDoorbell makes g the doorbell of every wait of c's links (the wait
-// policy above: spin or yield a bounded time, then FUTEX_WAIT on this
-// rank's bell) and makes the shm links ring the peers' bells instead of
+// policy above: spin or yield a bounded time, then sleep on this rank's
+// doorbell) and makes the shm links ring the peers' doorbells instead of
 // writing to their control connections. Call it once the links are up
 // (c.Pumps complete) and before the first op, when the group's ranks are
 // in several processes; ranks that are goroutines of one process keep
 // the backoff of link.go, which yields to the Go scheduler.
 func (c *Ctl) UseDoorbell(g *ShmGroup) {
-	g.Futex = true
+	if g.bells == nil {
+		return // Go memory (one process): keep the backoff
+	}
+	g.Doorbell = true
 	c.Grp.Store(g)
 	for _, s := range c.Pumps {
 		s.Grp = g

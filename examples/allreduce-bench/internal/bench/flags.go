@@ -41,6 +41,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	asJSON := fs.Bool("json", false, "print one JSON object per size instead of the table")
 	lateRank := fs.Int("late-rank", -1, "late-arrival mode: this rank launches every timed iteration --late-us late; reports the waiting ranks' CPU use and wake latency (see RunLate)")
 	lateUs := fs.Int("late-us", 5000, "with --late-rank: the delay in µs")
+	placeEvery := fs.Int("placement-every", 64, "sample each rank's CPU after every Nth timed iteration (a getcpu system call between two ops delays the next launch)")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
 	}
@@ -70,19 +71,12 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 		return Options{}, fmt.Errorf("--iters must be at least 1, --warmup and --root at least 0 (got %d, %d, %d)", *iters, *warmup, *root)
 	}
 	o.Config.Iters, o.Config.Warmup, o.Config.Root = *iters, *warmup, *root
-	if *warmTime < 0 {
-		return Options{}, fmt.Errorf("--warmup-time %v is negative", *warmTime)
+	if *placeEvery < 1 {
+		return Options{}, fmt.Errorf("--placement-every %d must be at least 1", *placeEvery)
 	}
-	o.Config.WarmupTime = *warmTime
-	if *warmTime == 0 {
-		o.Config.WarmupTime = -1
-	}
-	if *lap == "0" {
-		o.Config.WarmupBytes = -1
-	} else if sz, err := ParseSize(*lap); err != nil {
-		return Options{}, fmt.Errorf("--warmup-bytes %q: want one size such as 8MiB, or 0: %w", *lap, err)
-	} else {
-		o.Config.WarmupBytes = sz
+	o.Config.PlacementEvery = *placeEvery
+	if err := setWarmups(&o.Config, *warmTime, *lap); err != nil {
+		return Options{}, err
 	}
 	switch *transport {
 	case "auto", "shm", "tcp":
@@ -98,4 +92,26 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 		o.Late = &Late{Rank: *lateRank, Delay: time.Duration(*lateUs) * time.Microsecond}
 	}
 	return o, nil
+}
+
+// setWarmups sets c's warm-up before the first size from --warmup-time and
+// --warmup-bytes (0 in either skips that part).
+func setWarmups(c *Config, warmTime time.Duration, lap string) error {
+	if warmTime < 0 {
+		return fmt.Errorf("--warmup-time %v is negative", warmTime)
+	}
+	c.WarmupTime = warmTime
+	if warmTime == 0 {
+		c.WarmupTime = -1
+	}
+	if lap == "0" {
+		c.WarmupBytes = -1
+		return nil
+	}
+	sz, err := ParseSize(lap)
+	if err != nil {
+		return fmt.Errorf("--warmup-bytes %q: want one size such as 8MiB, or 0: %w", lap, err)
+	}
+	c.WarmupBytes = sz
+	return nil
 }

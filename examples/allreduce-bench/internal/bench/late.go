@@ -32,10 +32,12 @@ type Late struct {
 // one that burnt the most CPU per second waited, and the one that woke
 // last.
 type LateResult struct {
-	Bytes    int64   `json:"bytes"`     // message size (as Result.Bytes)
-	Count    int     `json:"count"`     // elements
-	LateRank int     `json:"late_rank"` // the rank that launches late
-	LateUs   float64 `json:"late_us"`   // its delay, µs
+	Collective string  `json:"collective"` // as Result.Collective
+	ReqBytes   int64   `json:"req_bytes"`  // the size asked for (as Result.ReqBytes)
+	Bytes      int64   `json:"bytes"`      // message size (as Result.Bytes)
+	Count      int     `json:"count"`      // elements
+	LateRank   int     `json:"late_rank"`  // the rank that launches late
+	LateUs     float64 `json:"late_us"`    // its delay, µs
 	// WaitCPUPct is the median over iterations of the waiting ranks'
 	// process CPU time from launch to Wait's return divided by that wall
 	// time, in % of one core; WaitCPUPctMax the largest.
@@ -65,8 +67,10 @@ func processCPU() time.Duration {
 
 // RunLate measures cfg.Collective on g for every size in cfg.Sizes with
 // one late rank (see Late) and calls emit with each LateResult. Every rank
-// must call it with the same cfg and late; cfg.Warmup untimed iterations
-// (not late) precede cfg.Iters late ones per size, each after a Barrier.
+// must call it with the same cfg and late. Before the first size it warms
+// up as Run does (cfg.WarmupBytes, cfg.WarmupTime); per size, cfg.Warmup
+// untimed iterations (not late) precede cfg.Iters late ones, each after a
+// Barrier.
 // Timestamps are compared across ranks, so the ranks must share a clock
 // (one host). Errors as Run's, and a late rank outside the group.
 func RunLate(ctx context.Context, g Group, cfg Config, late Late, emit func(LateResult) error) error {
@@ -82,6 +86,9 @@ func RunLate(ctx context.Context, g Group, cfg Config, late Late, emit func(Late
 	}
 	if late.CPUTime == nil {
 		late.CPUTime = processCPU
+	}
+	if err := warmUp(ctx, g, &cfg); err != nil {
+		return err
 	}
 	for _, size := range cfg.Sizes {
 		r, err := measureLate(ctx, g, &cfg, late, size)
@@ -145,7 +152,8 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 		wake = append(wake, lastWake)
 		lag = append(lag, lastWake-float64(lateEnd-arrived)/1e3)
 	}
-	r := LateResult{Bytes: int64(geo.Count) * int64(cfg.DType.Size()), Count: geo.Count, LateRank: late.Rank,
+	r := LateResult{Collective: cfg.Collective.String(), ReqBytes: size,
+		Bytes: int64(geo.Count) * int64(cfg.DType.Size()), Count: geo.Count, LateRank: late.Rank,
 		LateUs: float64(late.Delay.Nanoseconds()) / 1e3}
 	if len(wake) > 0 {
 		r.WaitCPUPct, r.WaitCPUPctMax = Median(cpuPct), slices.Max(cpuPct)

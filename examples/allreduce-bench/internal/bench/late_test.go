@@ -33,7 +33,7 @@ func TestRunLate(t *testing.T) {
 		t.Fatalf("%d results", len(got))
 	}
 	r := got[0]
-	if r.Bytes != 64 || r.Count != 16 || r.LateRank != 1 || r.LateUs != 5000 {
+	if r.Bytes != 64 || r.ReqBytes != 64 || r.Collective != "allreduce" || r.Count != 16 || r.LateRank != 1 || r.LateUs != 5000 {
 		t.Fatalf("result %+v", r)
 	}
 	if math.Abs(r.WaitCPUPct-5) > 1e-9 || math.Abs(r.WaitCPUPctMax-5) > 1e-9 {
@@ -47,6 +47,15 @@ func TestRunLate(t *testing.T) {
 	}
 	if row := FormatLateRow(r); !strings.Contains(row, "5.00") || !strings.Contains(row, "40.00") {
 		t.Fatalf("row %q", row)
+	}
+	// RunLate warms up as Run does: the ring lap comes first.
+	g = &fakeGroup{rank: 0, size: 2, onInt64: g.onInt64}
+	cfg.WarmupBytes = 1 << 10
+	if err := RunLate(context.Background(), g, cfg, late, func(LateResult) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if g.calls[0] != "allreduce:sum" || g.bufs[0] != "float32×256" {
+		t.Errorf("first call %q on %q, want the 1 KiB lap allreduce", g.calls[0], g.bufs[0])
 	}
 	for _, bad := range []Late{{Rank: 2, Delay: time.Millisecond}, {Rank: 1}} {
 		if err := RunLate(context.Background(), g, cfg, bad, func(LateResult) error { return nil }); err == nil {

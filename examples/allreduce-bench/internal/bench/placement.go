@@ -7,19 +7,23 @@ import (
 )
 
 // Placement says where the ranks ran during one size's timed iterations,
-// from a CPU sample each rank takes after every iteration. Ranks that
-// share a CPU take turns on it, which is what makes small-message times
-// bimodal from run to run (issue 15), so a result carries its placement.
+// from a CPU sample each rank takes after every Config.PlacementEvery-th
+// iteration (the first one included). Ranks that share a CPU take turns
+// on it, which is what makes small-message times bimodal from run to run
+// (issue 15), so a result carries its placement.
 type Placement struct {
 	// CPUs[r] is the CPU rank r was seen on most often (-1: unknown).
 	CPUs []int `json:"cpus"`
-	// SharedFrac is the fraction (0..1) of timed iterations after which at
-	// least two ranks were seen on the same CPU.
+	// SharedFrac is the fraction (0..1) of the samples at which at least
+	// two ranks were seen on the same CPU.
 	SharedFrac float64 `json:"shared_frac"`
+	// Samples is the number of samples per rank.
+	Samples int `json:"samples"`
 }
 
 // NewPlacement summarizes samples laid out as samples[r*iters+i] = 1 + the
-// CPU rank r ran on after iteration i, 0 where unknown, for n ranks.
+// CPU rank r ran on at its sample i, 0 where unknown, for n ranks and
+// iters samples per rank.
 func NewPlacement(samples []int32, n, iters int) Placement {
 	p := Placement{CPUs: make([]int, n)}
 	if iters <= 0 || len(samples) < n*iters {
@@ -28,6 +32,7 @@ func NewPlacement(samples []int32, n, iters int) Placement {
 		}
 		return p
 	}
+	p.Samples = iters
 	for r := 0; r < n; r++ {
 		counts := map[int32]int{}
 		best, bestN := int32(0), 0
@@ -63,7 +68,10 @@ func NewPlacement(samples []int32, n, iters int) Placement {
 }
 
 // CurrentCPU returns the CPU the calling thread runs on (getcpu(2)), or -1
-// if the kernel does not say.
+// if the kernel does not say. It is a system call (about 0.3 µs), which is
+// why Run samples only every Config.PlacementEvery-th iteration: a sample
+// taken between two ops delays this rank's next launch, and its peers wait
+// for it.
 func CurrentCPU() int {
 	var cpu, node uint32
 	_, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), uintptr(unsafe.Pointer(&node)), 0)

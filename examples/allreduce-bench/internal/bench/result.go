@@ -10,20 +10,23 @@ import (
 // count, type, redop, time_us, algbw_GBps and busbw_GBps (the fields of
 // nccl-tests' output table), then mean_us, p50_us and p90_us (the timed
 // iterations' mean, median and 90th percentile: compare mean_us with Open
-// MPI's mean of a timed loop, so the tails count) and placement (where the
-// ranks ran).
+// MPI's mean of a timed loop, so the tails count), placement (where the
+// ranks ran), collective and req_bytes (the size asked for, before the
+// layout rounded it).
 type Result struct {
-	Bytes     int64     `json:"bytes"`      // message size S in bytes (see the package doc)
-	Count     int       `json:"count"`      // elements in S
-	Type      string    `json:"type"`       // dtype, torch spelling ("float32")
-	RedOp     string    `json:"redop"`      // reduction ("sum"), or "none" for collectives without one
-	TimeUs    float64   `json:"time_us"`    // median over timed iterations of the slowest rank's time, µs
-	AlgBwGBps float64   `json:"algbw_GBps"` // Bytes / time, GB/s (1e9 B/s)
-	BusBwGBps float64   `json:"busbw_GBps"` // AlgBwGBps × Collective.BusFactor(n)
-	MeanUs    float64   `json:"mean_us"`    // mean over timed iterations of the slowest rank's time, µs
-	P50Us     float64   `json:"p50_us"`     // median of the same (equal to TimeUs), µs
-	P90Us     float64   `json:"p90_us"`     // 90th percentile (nearest rank) of the same, µs
-	Placement Placement `json:"placement"`  // CPUs the ranks ran on during the timed iterations
+	Collective string    `json:"collective"` // what was measured ("allreduce", Collective.String)
+	ReqBytes   int64     `json:"req_bytes"`  // the size asked for (--sizes); Bytes is what the layout made of it
+	Bytes      int64     `json:"bytes"`      // message size S in bytes (see the package doc)
+	Count      int       `json:"count"`      // elements in S
+	Type       string    `json:"type"`       // dtype, torch spelling ("float32")
+	RedOp      string    `json:"redop"`      // reduction ("sum"), or "none" for collectives without one
+	TimeUs     float64   `json:"time_us"`    // median over timed iterations of the slowest rank's time, µs
+	AlgBwGBps  float64   `json:"algbw_GBps"` // Bytes / time, GB/s (1e9 B/s)
+	BusBwGBps  float64   `json:"busbw_GBps"` // AlgBwGBps × Collective.BusFactor(n)
+	MeanUs     float64   `json:"mean_us"`    // mean over timed iterations of the slowest rank's time, µs
+	P50Us      float64   `json:"p50_us"`     // median of the same (equal to TimeUs), µs
+	P90Us      float64   `json:"p90_us"`     // 90th percentile (nearest rank) of the same, µs
+	Placement  Placement `json:"placement"`  // CPUs the ranks ran on during the timed iterations
 }
 
 // Summarize returns the mean, median and 90th percentile (nearest rank:
@@ -44,9 +47,11 @@ func Summarize(xs []float64) (mean, p50, p90 float64) {
 }
 
 // NewResult fills the bandwidths from bytes and the median time in µs for
-// collective c on n ranks. A zero or negative time gives zero bandwidths.
+// collective c on n ranks; ReqBytes is bytes (the caller sets the size
+// asked for when the layout changed it). A zero or negative time gives
+// zero bandwidths.
 func NewResult(c Collective, n int, bytes int64, count int, dtype, redop string, timeUs float64) Result {
-	r := Result{Bytes: bytes, Count: count, Type: dtype, RedOp: redop, TimeUs: timeUs}
+	r := Result{Collective: c.String(), ReqBytes: bytes, Bytes: bytes, Count: count, Type: dtype, RedOp: redop, TimeUs: timeUs}
 	if timeUs > 0 {
 		r.AlgBwGBps = float64(bytes) / (timeUs * 1e-6) / 1e9
 		r.BusBwGBps = r.AlgBwGBps * c.BusFactor(n)

@@ -60,11 +60,12 @@ func TestResultJSONKeys(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"algbw_GBps", "busbw_GBps", "bytes", "count", "mean_us", "p50_us", "p90_us", "placement", "redop", "time_us", "type"}
+	want := []string{"algbw_GBps", "busbw_GBps", "bytes", "collective", "count", "mean_us", "p50_us", "p90_us", "placement", "redop", "req_bytes", "time_us", "type"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("JSON keys = %v, want %v (%s)", keys, want, b)
 	}
-	if m["bytes"] != 4096.0 || m["count"] != 1024.0 || m["type"] != "bfloat16" || m["redop"] != "none" || m["time_us"] != 12.5 {
+	if m["bytes"] != 4096.0 || m["count"] != 1024.0 || m["type"] != "bfloat16" || m["redop"] != "none" || m["time_us"] != 12.5 ||
+		m["collective"] != "allgather" || m["req_bytes"] != 4096.0 {
 		t.Errorf("JSON values wrong: %s", b)
 	}
 }
@@ -115,10 +116,10 @@ func TestNewPlacement(t *testing.T) {
 	if fmt.Sprint(p.CPUs) != "[0 1 2]" {
 		t.Errorf("CPUs = %v, want [0 1 2] (ties to the lower CPU)", p.CPUs)
 	}
-	if p.SharedFrac != 0.75 {
-		t.Errorf("SharedFrac = %v, want 0.75", p.SharedFrac)
+	if p.SharedFrac != 0.75 || p.Samples != 4 {
+		t.Errorf("SharedFrac = %v, Samples = %d, want 0.75, 4", p.SharedFrac, p.Samples)
 	}
-	if p := NewPlacement(nil, 2, 0); fmt.Sprint(p.CPUs) != "[-1 -1]" {
+	if p := NewPlacement(nil, 2, 0); fmt.Sprint(p.CPUs) != "[-1 -1]" || p.Samples != 0 {
 		t.Errorf("no samples: %+v", p)
 	}
 	if c := CurrentCPU(); c < 0 {

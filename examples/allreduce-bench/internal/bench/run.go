@@ -55,11 +55,17 @@ type Config struct {
 	// background work settling) that a benchmark of the steady state must
 	// not time. 0: 500 ms; negative: none.
 	WarmupTime time.Duration
-	// Placement, if set, is called on every rank after each timed
-	// iteration and returns the CPU the caller runs on (-1 if unknown).
-	// nil: CurrentCPU.
+	// Placement, if set, is called on every rank after timed iterations
+	// 0, PlacementEvery, 2×PlacementEvery, ... and returns the CPU the
+	// caller runs on (-1 if unknown). nil: CurrentCPU.
 	Placement func() int
-	Now       func() time.Time // clock; nil: time.Now (tests pass a fake)
+	// PlacementEvery is the stride of the placement samples: a sample
+	// sits between one op and the next and delays this rank's next launch
+	// (CurrentCPU is a system call, about 0.3 µs), which its peers wait
+	// for, so sampling every iteration would inflate small-op times.
+	// 0: 64; negative is an error.
+	PlacementEvery int
+	Now            func() time.Time // clock; nil: time.Now (tests pass a fake)
 }
 
 // validate fills defaults and checks c against a group of n ranks.
@@ -107,6 +113,12 @@ func (c *Config) validate(n int) error {
 	if c.Placement == nil {
 		c.Placement = CurrentCPU
 	}
+	if c.PlacementEvery == 0 {
+		c.PlacementEvery = 64
+	}
+	if c.PlacementEvery < 0 {
+		return fmt.Errorf("bench: placement stride %d must not be negative", c.PlacementEvery)
+	}
 	if c.WarmupTime == 0 {
 		c.WarmupTime = 500 * time.Millisecond
 	}
@@ -124,9 +136,10 @@ func (c *Config) validate(n int) error {
 // iterations back to back, each from launch to Work.Wait's return. A Max
 // allreduce of the per-iteration times gives the slowest rank's time, and
 // the reported times are their mean, median and 90th percentile. Each
-// rank also samples the CPU it runs on after every timed iteration; the
-// Result says which CPU each rank ran on most and how often two ranks
-// shared one (see Placement).
+// rank also samples the CPU it runs on after every cfg.PlacementEvery-th
+// timed iteration (outside the timed region); the Result says which CPU
+// each rank ran on most and how often two ranks shared one (see
+// Placement).
 //
 // Errors: a bad cfg; the first failed Work (wrapped, naming the collective
 // and size; it unwraps to the comm sentinel); ctx's error; emit's error.
@@ -134,16 +147,8 @@ func Run(ctx context.Context, g Group, cfg Config, emit func(Result) error) erro
 	if err := cfg.validate(g.Size()); err != nil {
 		return err
 	}
-	if cfg.WarmupBytes > 0 && g.Size() > 1 {
-		lap := comm.NewHostBuffer(comm.Float32, int(cfg.WarmupBytes/4))
-		if err := g.AllReduce(ctx, lap, comm.Sum).Wait(ctx); err != nil {
-			return fmt.Errorf("bench: warm-up allreduce of %s (one lap of the rings) on rank %d: %w", FormatSize(cfg.WarmupBytes), g.Rank(), err)
-		}
-	}
-	if cfg.WarmupTime > 0 && g.Size() > 1 {
-		if err := warmFor(ctx, g, &cfg); err != nil {
-			return fmt.Errorf("bench: warm-up for %v on rank %d: %w", cfg.WarmupTime, g.Rank(), err)
-		}
+	if err := warmUp(ctx, g, &cfg); err != nil {
+		return err
 	}
 	for _, size := range cfg.Sizes {
 		r, err := measure(ctx, g, &cfg, size)
@@ -170,17 +175,22 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 		return Result{}, fmt.Errorf("barrier before the timed iterations: %w", err)
 	}
 	times := make([]float64, cfg.Iters) // µs
-	// cpus[r*Iters+i] is 1 + the CPU rank r ran on after iteration i (0:
-	// unknown); each rank fills its row and a Sum allreduce gathers them.
-	cpus := make([]int32, n*cfg.Iters)
-	mine := cpus[g.Rank()*cfg.Iters : (g.Rank()+1)*cfg.Iters]
+	// cpus[r*samples+j] is 1 + the CPU rank r ran on after iteration
+	// j*every (0: unknown); each rank fills its row and a Sum allreduce
+	// gathers them.
+	every := cfg.PlacementEvery
+	samples := (cfg.Iters + every - 1) / every
+	cpus := make([]int32, n*samples)
+	mine := cpus[g.Rank()*samples : (g.Rank()+1)*samples]
 	for i := range times {
 		t0 := cfg.Now()
 		if err := launch().Wait(ctx); err != nil {
 			return Result{}, fmt.Errorf("iteration %d: %w", i, err)
 		}
 		times[i] = float64(cfg.Now().Sub(t0).Nanoseconds()) / 1e3
-		mine[i] = int32(cfg.Placement() + 1)
+		if i%every == 0 {
+			mine[i/every] = int32(cfg.Placement() + 1)
+		}
 	}
 	if n > 1 && len(times) > 0 {
 		if err := g.AllReduce(ctx, comm.HostBuffer(times), comm.Max).Wait(ctx); err != nil {
@@ -196,8 +206,9 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 	}
 	bytes := int64(geo.Count) * int64(dt.Size())
 	r := NewResult(cfg.Collective, n, bytes, geo.Count, dt.String(), redop, Median(times))
+	r.ReqBytes = size
 	r.MeanUs, r.P50Us, r.P90Us = Summarize(times)
-	r.Placement = NewPlacement(cpus, n, cfg.Iters)
+	r.Placement = NewPlacement(cpus, n, samples)
 	return r, nil
 }
 
@@ -224,6 +235,27 @@ func launcher(ctx context.Context, g Group, cfg *Config, size int64) (Geometry, 
 			return g.AllToAllSingle(ctx, out, in, nil, nil)
 		}
 	}
+}
+
+// warmUp runs the warm-up before the first size: one allreduce of
+// cfg.WarmupBytes (a lap of the shm rings), then cfg.WarmupTime of 4-byte
+// allreduces. A one-rank group skips both.
+func warmUp(ctx context.Context, g Group, cfg *Config) error {
+	if g.Size() < 2 {
+		return nil
+	}
+	if cfg.WarmupBytes > 0 {
+		lap := comm.NewHostBuffer(comm.Float32, int(cfg.WarmupBytes/4))
+		if err := g.AllReduce(ctx, lap, comm.Sum).Wait(ctx); err != nil {
+			return fmt.Errorf("bench: warm-up allreduce of %s (one lap of the rings) on rank %d: %w", FormatSize(cfg.WarmupBytes), g.Rank(), err)
+		}
+	}
+	if cfg.WarmupTime > 0 {
+		if err := warmFor(ctx, g, cfg); err != nil {
+			return fmt.Errorf("bench: warm-up for %v on rank %d: %w", cfg.WarmupTime, g.Rank(), err)
+		}
+	}
+	return nil
 }
 
 // warmFor issues batches of 100 4-byte float32 sum allreduces until every

@@ -128,8 +128,8 @@ func TestRunAllReduceTimesAndCalls(t *testing.T) {
 	if fmt.Sprint(r.Placement.CPUs) != "[1 -1 -1 -1]" || r.Placement.SharedFrac != 0 {
 		t.Errorf("placement = %+v", r.Placement)
 	}
-	if g.bufs[9] != "int32×20" {
-		t.Errorf("placement buffer = %q, want int32×20 (4 ranks × 5 iterations)", g.bufs[9])
+	if g.bufs[9] != "int32×4" || r.Placement.Samples != 1 {
+		t.Errorf("placement buffer = %q (%d samples), want int32×4 (4 ranks × 1 sample: iteration 0 of 5, stride 64)", g.bufs[9], r.Placement.Samples)
 	}
 	if math.Abs(r.AlgBwGBps-4096/5e-6/1e9) > 1e-9 || math.Abs(r.BusBwGBps-r.AlgBwGBps*1.5) > 1e-9 {
 		t.Errorf("bandwidths = %v / %v", r.AlgBwGBps, r.BusBwGBps)
@@ -163,8 +163,54 @@ func TestRunCollectiveBuffers(t *testing.T) {
 		if g.calls[1] != c.call || g.bufs[1] != c.buf {
 			t.Errorf("%v: call %q on %q, want %q on %q", c.c, g.calls[1], g.bufs[1], c.call, c.buf)
 		}
-		if r.RedOp != c.redop || r.Count != c.count || r.Bytes != int64(2*c.count) {
+		if r.RedOp != c.redop || r.Count != c.count || r.Bytes != int64(2*c.count) || r.ReqBytes != 6<<10 || r.Collective != c.c.String() {
 			t.Errorf("%v: result %+v", c.c, r)
+		}
+	}
+	// The layout rounds 4 B of allgather on 3 ranks up to one float32 per
+	// rank; the result keeps the size asked for apart from the one used.
+	g := &fakeGroup{size: 3}
+	cfg := Config{Collective: AllGather, Sizes: []int64{4, 8}, Iters: 1, WarmupBytes: -1, WarmupTime: -1, Now: fakeClock([]time.Duration{1, 1})}
+	var rs []Result
+	if err := Run(context.Background(), g, cfg, func(x Result) error { rs = append(rs, x); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].Bytes != 12 || rs[0].ReqBytes != 4 || rs[1].Bytes != 12 || rs[1].ReqBytes != 8 {
+		t.Errorf("allgather of 4 and 8 B on 3 ranks: %+v", rs)
+	}
+}
+
+// TestRunPlacementStride: the CPU is sampled after iterations 0, every,
+// 2×every, ... only (a sample between two ops delays the next launch),
+// and the placement buffer holds one row of samples per rank.
+func TestRunPlacementStride(t *testing.T) {
+	for _, c := range []struct {
+		every, iters int
+		want         []int // iterations after which the CPU is sampled
+	}{
+		{0, 130, []int{0, 64, 128}}, // default stride 64
+		{64, 64, []int{0}},
+		{1, 3, []int{0, 1, 2}},
+		{5, 11, []int{0, 5, 10}},
+	} {
+		g := &fakeGroup{size: 2}
+		clockCalls := 0
+		var sampled []int
+		cfg := Config{Collective: AllReduce, Sizes: []int64{4}, Iters: c.iters, PlacementEvery: c.every, WarmupBytes: -1, WarmupTime: -1,
+			Now:       func() time.Time { clockCalls++; return time.Unix(0, int64(clockCalls)*1000) },
+			Placement: func() int { sampled = append(sampled, clockCalls/2-1); return 3 }}
+		var r Result
+		if err := Run(context.Background(), g, cfg, func(x Result) error { r = x; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(sampled) != fmt.Sprint(c.want) {
+			t.Errorf("every %d, %d iterations: sampled after %v, want %v", c.every, c.iters, sampled, c.want)
+		}
+		if last := g.bufs[len(g.bufs)-1]; last != fmt.Sprintf("int32×%d", 2*len(c.want)) {
+			t.Errorf("every %d: placement buffer %q, want 2 ranks × %d samples", c.every, last, len(c.want))
+		}
+		if r.Placement.Samples != len(c.want) || r.Placement.CPUs[0] != 3 {
+			t.Errorf("every %d: placement %+v", c.every, r.Placement)
 		}
 	}
 }
@@ -181,6 +227,7 @@ func TestRunErrors(t *testing.T) {
 		{Collective: Broadcast, Root: 4},
 		{Collective: AllReduce, Sizes: []int64{0}},
 		{Collective: AllReduce, DType: comm.DType(99)},
+		{Collective: AllReduce, PlacementEvery: -1},
 	}
 	for i, cfg := range bad {
 		g := &fakeGroup{size: 4}

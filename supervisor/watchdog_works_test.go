@@ -1,0 +1,359 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ranktree/ranktree/actors"
+	"github.com/ranktree/ranktree/comm"
+	"github.com/ranktree/ranktree/internal/metrics"
+)
+
+// natsRecorder is an actors.Publisher that decodes and keeps what the
+// event publisher sends.
+type natsRecorder struct {
+	mu  sync.Mutex
+	evs []actors.Event
+}
+
+func (r *natsRecorder) Publish(_ string, data []byte) error {
+	var ev actors.Event
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, ev)
+	return nil
+}
+
+func (r *natsRecorder) events() []actors.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]actors.Event(nil), r.evs...)
+}
+
+// startPublisher starts an event publisher over rec with cfg (Job "j").
+func startPublisher(t *testing.T, rec *natsRecorder, cfg actors.PublisherConfig) *actors.EventPublisher {
+	t.Helper()
+	cfg.Job = "j"
+	p, err := actors.NewEventPublisher(rec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Start(newSystem(), nil)
+	t.Cleanup(func() { _ = p.Close(5 * time.Second) })
+	return p
+}
+
+// handWatchdog is a watchdog driven by hand (no actor, no ticker): the
+// test calls drain, tick and pollWorks itself.
+func handWatchdog(t testing.TB, cfg WatchdogConfig) *Watchdog {
+	t.Helper()
+	if cfg.Exit == nil {
+		cfg.Exit = func(int) { t.Error("exit") }
+	}
+	cfg.Cfg = Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: time.Hour}
+	wd, err := NewWatchdog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.system = newSystem()
+	return wd
+}
+
+// finishedWork is a Work that started and completed with err.
+func finishedWork(err error) *comm.Promise {
+	p := comm.NewPromise(comm.OpAllReduce)
+	p.MarkStarted()
+	p.Complete(err)
+	return p
+}
+
+// TestWatchdogSamplesWorkEvents checks the sampling of successful Work
+// events against a real publisher whose budget (WorkEventRate 30 per
+// second, a stopped clock) admits 10 Works: of 300 Works that finished
+// before the tick, at most 10 publish their scheduled, started and
+// completed events, and no other successful Work publishes anything,
+// except a slow one (its completion) and the group's newest (its
+// completion: `rankrunner events` sees the latest seq); the failed Work's
+// event goes out. A group whose newest Work is still in flight at the tick
+// publishes its state, then its completion at a later tick.
+func TestWatchdogSamplesWorkEvents(t *testing.T) {
+	rec := &natsRecorder{}
+	clock := time.Unix(1000, 0)
+	pub := startPublisher(t, rec, actors.PublisherConfig{WorkEventRate: 30, SlowOp: 20 * time.Millisecond,
+		Now: func() time.Time { return clock }})
+	wd := handWatchdog(t, WatchdogConfig{Events: pub})
+	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0}}})
+	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "h", Members: []int{0}}})
+
+	open := comm.NewPromise(comm.OpAllReduce)
+	open.MarkStarted()
+	wd.Track("h", fpAt(1), 0, open)
+	const n, failed, slow = 300, 150, 200
+	for seq := uint64(1); seq <= n; seq++ {
+		var p *comm.Promise
+		switch seq {
+		case failed:
+			p = finishedWork(errors.New("boom"))
+		case slow:
+			p = comm.NewPromise(comm.OpAllReduce)
+			p.MarkStarted()
+			time.Sleep(30 * time.Millisecond)
+			p.Complete(nil)
+		default:
+			p = finishedWork(nil)
+		}
+		wd.Track("g", fpAt(seq), 0, p)
+	}
+	wd.drain()
+	wd.tick()
+	if wd.core.InFlight() != 1 {
+		t.Errorf("%d Works in the core after the tick, want 1 (the one in flight)", wd.core.InFlight())
+	}
+	open.Complete(nil)
+	wd.tick()
+	if err := pub.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	states := map[string][]string{} // group/seq → states, in order
+	for _, ev := range rec.events() {
+		if ev.Kind == actors.KindWork {
+			k := fmt.Sprintf("%s/%d", ev.Group, ev.Seq)
+			states[k] = append(states[k], ev.State)
+		}
+	}
+	admitted := 0
+	for seq := uint64(1); seq <= n; seq++ {
+		got := fmt.Sprint(states[fmt.Sprintf("g/%d", seq)])
+		switch {
+		case got == "[scheduled started completed]":
+			admitted++
+		case seq == failed && (got == "[failed]" || got == "[scheduled started failed]"):
+		case (seq == slow || seq == n) && got == "[completed]":
+		case got == "[]" && seq != failed && seq != slow && seq != n:
+		default:
+			t.Errorf("seq %d published %s", seq, got)
+		}
+	}
+	if admitted < 9 || admitted > 10 {
+		t.Errorf("%d Works published all their events, want the 10 the budget of 30 events admits", admitted)
+	}
+	if got := fmt.Sprint(states["h/1"]); got != "[started completed]" {
+		t.Errorf("the newest Work of h, in flight at the first tick, published %s, want [started completed]", got)
+	}
+	if pub.Sampled() == 0 {
+		t.Error("no Work event counted as sampled out")
+	}
+}
+
+// fakeMetrics records the watchdog's WorkMetrics calls.
+type fakeMetrics struct {
+	scheduled, completed, failed, flushes int
+	seen                                  map[uint64]int // seq → WorkDone calls
+}
+
+func (m *fakeMetrics) WorkScheduled(string, comm.OpType) { m.scheduled++ }
+func (m *fakeMetrics) WorkDone(_ string, fp comm.Fingerprint, _ time.Duration, err error) {
+	if m.seen == nil {
+		m.seen = map[uint64]int{}
+	}
+	m.seen[fp.Seq]++
+	if err != nil {
+		m.failed++
+	} else {
+		m.completed++
+	}
+}
+func (m *fakeMetrics) FlushWorks() { m.flushes++ }
+
+// TestWatchdogFeedsMetricsExactly: every tracked Work is counted once when
+// first seen and once at its end, whether it finished before the tick (the
+// short path), failed, completed later, or timed out; and only the Works
+// in flight enter the core, whose watermarks follow all of them.
+func TestWatchdogFeedsMetricsExactly(t *testing.T) {
+	m := &fakeMetrics{}
+	now := time.Now()
+	wd := handWatchdog(t, WatchdogConfig{Metrics: m, Now: func() time.Time { return now }})
+	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0}, Timeout: time.Second}})
+	const n = 100
+	for seq := uint64(1); seq <= n; seq++ {
+		wd.Track("g", fpAt(seq), 0, finishedWork(nil))
+	}
+	wd.Track("g", fpAt(n+1), 0, finishedWork(errors.New("boom")))
+	later, stuck := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
+	wd.Track("g", fpAt(n+2), 0, later)
+	wd.Track("g", fpAt(n+3), 0, stuck)
+	wd.drain()
+	if in := wd.core.InFlight(); in != 3 {
+		t.Errorf("%d Works in the core after the drain, want 3 (failed, later, stuck)", in)
+	}
+	wd.tick()
+	later.MarkStarted()
+	later.Complete(nil)
+	wd.tick()
+	now = now.Add(2 * time.Second) // past stuck's deadline
+	wd.tick()
+	if err := stuck.Work().Err(); !errors.Is(err, comm.ErrTimeout) {
+		t.Fatalf("stuck Work: %v, want ErrTimeout", err)
+	}
+	if m.scheduled != n+3 || m.completed != n+1 || m.failed != 2 || m.flushes < 3 {
+		t.Errorf("metrics saw %d scheduled, %d completed, %d failed, %d flushes; want %d, %d, 2, ≥ 3",
+			m.scheduled, m.completed, m.failed, m.flushes, n+3, n+1)
+	}
+	for seq := uint64(1); seq <= n+3; seq++ {
+		if m.seen[seq] != 1 {
+			t.Errorf("seq %d ended %d times in the metrics, want once", seq, m.seen[seq])
+		}
+	}
+	if p := wd.core.groups["g"].local; p.Launched != n+3 || p.Completed != n+2 {
+		t.Errorf("watermarks %+v, want launched %d, completed %d", p, n+3, n+2)
+	}
+}
+
+// TestWatchdogObservabilityAllocatesNothingPerOp drives a rank's whole
+// per-op observability by hand: the communicator's observers (flight
+// recorder, watchdog) for each op, then the watchdog's drain and poll of
+// a tick, with events off, and with events on through a real publisher and
+// the rank's Prometheus metrics (fed by the watchdog and by the
+// publisher's tap). Nothing is allocated in steady state. (The publisher
+// flushes only at Close here: its actor's JSON encoding of the few events
+// it publishes, a rate-bounded cost of its own goroutine, is left out.)
+func TestWatchdogObservabilityAllocatesNothingPerOp(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("events=%v", on), func(t *testing.T) {
+			cfg := WatchdogConfig{}
+			if on {
+				m := metrics.NewRank("j", 0)
+				cfg.Events = startPublisher(t, &natsRecorder{}, actors.PublisherConfig{FlushInterval: time.Hour, Tap: m.Observe})
+				cfg.Metrics = m
+			}
+			wd := handWatchdog(t, cfg)
+			wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}}})
+			fr := NewFlightRecorder(RecorderConfig{Capacity: 256})
+			obs := actors.Observers{fr.Observer("g", nil), wd.Observer("g")}
+			const batch = 1024
+			works := make([]*comm.Promise, batch)
+			for i := range works {
+				works[i] = finishedWork(nil)
+			}
+			op := allreduceOp(0, 1)
+			op.Timeout = time.Minute
+			step := func() {
+				for _, w := range works {
+					op.FP.Seq++
+					obs.Scheduled(op, w)
+				}
+				wd.drain()
+				wd.pollWorks(true)
+			}
+			for range 20 {
+				step()
+			}
+			if a := testing.AllocsPerRun(20, step); a != 0 {
+				t.Fatalf("%v allocations per %d ops observed and polled, want 0", a, batch)
+			}
+			if n := len(wd.flights["g"].ws); n != 0 || wd.core.InFlight() != 0 {
+				t.Fatalf("%d Works kept, %d in the core, after they all finished", n, wd.core.InFlight())
+			}
+			if p := wd.core.groups["g"].local; p.Completed != op.FP.Seq || p.Launched != op.FP.Seq {
+				t.Fatalf("watermarks %+v, want launched and completed %d", p, op.FP.Seq)
+			}
+			if st := fr.Dump("x").Groups[0]; st.LastCompleted != op.FP.Seq || st.LastEnqueued != op.FP.Seq ||
+				st.Evicted != op.FP.Seq-256 {
+				t.Fatalf("dumped progress %+v, want enqueued and completed %d, evicted %d", st, op.FP.Seq, op.FP.Seq-256)
+			}
+		})
+	}
+}
+
+// TestWatchdogPublishesNewestOfEachBusyGroup: with a budget of one Work
+// for the whole batch, each of three groups whose Works interleave in one
+// inbox batch still gets its newest Work's completion published at the
+// tick (what `rankrunner events` shows); an idle group publishes nothing
+// at the next tick.
+func TestWatchdogPublishesNewestOfEachBusyGroup(t *testing.T) {
+	rec := &natsRecorder{}
+	clock := time.Unix(1000, 0)
+	pub := startPublisher(t, rec, actors.PublisherConfig{WorkEventRate: 3, Now: func() time.Time { return clock }})
+	wd := handWatchdog(t, WatchdogConfig{Events: pub})
+	groups := []string{"a", "b", "c"}
+	for _, g := range groups {
+		wd.handle(RegisterGroup{Spec: GroupSpec{Name: g, Members: []int{0}}})
+	}
+	const n = 100
+	for seq := uint64(1); seq <= n; seq++ {
+		for _, g := range groups {
+			wd.Track(g, fpAt(seq), 0, finishedWork(nil))
+		}
+	}
+	wd.drain()
+	wd.tick()
+	wd.tick() // idle: nothing more
+	if err := pub.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	newest := map[string]int{}
+	others := 0
+	for _, ev := range rec.events() {
+		if ev.Kind != actors.KindWork {
+			continue
+		}
+		if ev.Seq == n && ev.State == actors.StateCompleted {
+			newest[ev.Group]++
+		} else {
+			others++
+		}
+	}
+	for _, g := range groups {
+		if newest[g] != 1 {
+			t.Errorf("group %s: newest seq %d completed %d times, want once", g, n, newest[g])
+		}
+	}
+	if others > 3 {
+		t.Errorf("%d other work events, want at most the 3 of the one admitted Work", others)
+	}
+}
+
+// TestWatchdogDrainsFullBatchBeforeTick: at a high op rate the actor does
+// not hold a tick's worth of Works: the drainBatch-th Work tracked since
+// its last drain wakes it, and it takes the batch (publishing its events
+// here) long before its next tick (an hour away). Of 2 × drainBatch Works,
+// at least drainBatch are drained.
+func TestWatchdogDrainsFullBatchBeforeTick(t *testing.T) {
+	rec := &recorder{}
+	wd, err := NewWatchdog(WatchdogConfig{Rank: 0, Events: rec, Exit: rec.Exit,
+		Cfg: Config{ErrorHandling: CleanupOnly, Timeout: time.Minute, WatchdogInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd.Start(newSystem(), nil)
+	t.Cleanup(func() { _ = wd.Stop(5 * time.Second) })
+	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
+	for seq := uint64(1); seq <= 2*drainBatch; seq++ {
+		wd.Track("g", fpAt(seq), 0, finishedWork(nil))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, evs := rec.snapshot()
+		done := 0
+		for _, ev := range evs {
+			if ev.Kind == actors.KindWork && ev.State == actors.StateCompleted {
+				done++
+			}
+		}
+		if done >= drainBatch {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d Works drained without a tick", done, drainBatch)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
