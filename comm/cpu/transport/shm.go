@@ -72,9 +72,12 @@ type ShmLink struct {
 	// and wakes it through the control channel.
 	mySleep, peerSleep *atomic.Uint32
 
-	q      []*shmJob  // queued sends, oldest first (progress goroutine only)
-	copier slotCopier // how whole slots are copied into tx (progress goroutine only)
-	werr   error      // the peer died while we had sends queued
+	q    []*shmJob // queued sends, oldest first (progress goroutine only)
+	werr error     // the peer died while we had sends queued
+	// copiers choose how pieces are copied into tx (progress goroutine
+	// only): [0] for sends, whose payload comes from memory, [1] for
+	// forwards (mesh_forward.go), whose payload is still in cache.
+	copiers [2]slotCopier
 
 	// grp is the group segment, or nil: with it the peer sleeps on its
 	// bell there, and nudge rings it instead of writing to the control
@@ -88,6 +91,11 @@ type shmJob struct {
 	hdr     [HeaderSize]byte
 	payload []byte
 	pos     uint64 // bytes of header+padded payload written so far
+	// held is set while the payload is still being produced (a forward,
+	// mesh_forward.go): only its first ready bytes may be copied.
+	held  bool
+	ready uint64
+	fwd   bool // a forward: its payload is copied while in cache
 }
 
 func randomName() string {
@@ -245,12 +253,21 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 	r := &s.tx
 	total := HeaderSize + pad8(uint64(len(j.payload)))
 	for j.pos < total {
+		limit := total
+		if j.held {
+			// A forward: no further than the payload produced so far
+			// (whole 8-byte words, so that counters stay multiples of 8).
+			limit = HeaderSize + j.ready&^7
+			if j.pos >= limit {
+				return false, progressed
+			}
+		}
 		free := r.size - (r.local - r.head.Load())
 		at := r.local % r.size
 		// Copy up to the next slot boundary, and only once that whole
 		// piece is free (see shmChunk); a ring smaller than a slot
 		// takes pieces of at most its size.
-		n := min(total-j.pos, r.size-at, shmChunk-at%shmChunk)
+		n := min(limit-j.pos, r.size-at, shmChunk-at%shmChunk)
 		if free < n {
 			// Until the whole header is in, take any free space: the
 			// reader frees nothing before it has read a whole header, so
@@ -260,12 +277,18 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			}
 			n = free
 		}
-		// A whole slot of payload: slotCopier picks how to store it.
-		// Stored the cached way, it goes in as two halves, each made
-		// visible to the reader as soon as it is copied.
+		// A piece with at least streamMin bytes of payload: slotCopier
+		// picks how to store them. A whole slot stored the cached way
+		// goes in as two halves, each made visible to the reader as
+		// soon as it is copied.
 		way := -1
-		if n == shmChunk && j.pos >= HeaderSize && j.pos-HeaderSize+shmChunk <= uint64(len(j.payload)) {
-			if way = s.copier.choose(); way == copyCached {
+		cp := &s.copiers[0]
+		if j.fwd {
+			cp = &s.copiers[1]
+		}
+		if payloadIn(j, n) >= streamMin {
+			way = cp.choose()
+			if way == copyCached && n == shmChunk && j.pos >= HeaderSize {
 				n = shmChunk / 2
 			}
 		}
@@ -278,12 +301,19 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			dst, p = dst[k:], p+uint64(k)
 		}
 		if len(dst) > 0 && p-HeaderSize < uint64(len(j.payload)) {
-			if way >= 0 {
+			src := j.payload[p-HeaderSize:]
+			k := min(len(dst), len(src))
+			switch way {
+			case copyStreaming:
 				t0 := time.Now()
-				copy(dst, j.payload[p-HeaderSize:])
-				s.copier.observe(way, time.Since(t0)*time.Duration(shmChunk/n))
-			} else {
-				copy(dst, j.payload[p-HeaderSize:])
+				streamCopy(dst[:k], src[:k])
+				cp.observe(way, time.Since(t0), k)
+			case copyCached:
+				t0 := time.Now()
+				copy(dst[:k], src[:k])
+				cp.observe(way, time.Since(t0), k)
+			default:
+				copy(dst[:k], src[:k])
 			}
 		}
 		j.pos += n
@@ -321,6 +351,35 @@ func (s *ShmLink) send(h *Header, payload []byte) error {
 	s.q = append(s.q, j)
 	s.pump()
 	return nil
+}
+
+// payloadIn is how many payload bytes (not header, not padding) the n
+// bytes of j from j.pos hold.
+func payloadIn(j *shmJob, n uint64) int {
+	lo := max(j.pos, HeaderSize) - HeaderSize
+	hi := min(j.pos+n-min(j.pos+n, HeaderSize), uint64(len(j.payload)))
+	if hi <= lo {
+		return 0
+	}
+	return int(hi - lo)
+}
+
+// hold queues a message whose payload is still being produced: the header
+// goes into the ring at once, the payload only as far as j.ready, which the
+// producer advances (mesh_forward.go) before it clears j.held. Messages
+// queued after it wait behind it.
+func (s *ShmLink) hold(h *Header, payload []byte) (*shmJob, error) {
+	if s.ctl.Stopped.Load() {
+		return nil, ErrStopped
+	}
+	if s.werr != nil {
+		return nil, s.werr
+	}
+	j := &shmJob{payload: payload, held: true, fwd: true}
+	h.encode(j.hdr[:])
+	s.q = append(s.q, j)
+	s.pump()
+	return j, nil
 }
 
 // pump copies queued messages into the tx ring as far as it has room,

@@ -2,42 +2,47 @@ package transport
 
 import "time"
 
-// slotCopier copies whole slots (shmChunk bytes) of a send into an shm
-// ring, choosing per slot between two ways of storing them:
+// slotCopier copies the pieces of a send into an shm ring (up to a slot,
+// shmChunk bytes, at a time; those with at least streamMin bytes of
+// payload), choosing per piece between two ways of storing them:
 //
-//   - cached: two copies of half a slot (each published to the reader as
-//     it is done), which the Go runtime's memmove does with ordinary
-//     stores. Each ring line is first fetched for
-//     ownership, usually from the peer core, which read it one ring turn
-//     earlier; the data then waits in cache for the peer.
-//   - streaming: one copy of the whole slot, which memmove does with
-//     non-temporal stores from 1 MiB on (amd64): no fetch for ownership,
-//     and the peer reads the data back from memory.
+//   - cached: ordinary stores (the Go runtime's memmove; a whole slot as
+//     two copies of half a slot, each published to the reader as it is
+//     done). Each ring line is first fetched for ownership, usually from
+//     the peer core, which read it one ring turn earlier; the data then
+//     waits in cache for the peer.
+//   - streaming: non-temporal stores (streamCopy, ntcopy_amd64.go): no
+//     fetch for ownership, and the peer reads the data back from memory.
 //
 // Which is faster depends on how the two cores share their caches, which
 // on a VM changes with where the hypervisor runs its vCPUs. Measured on the
 // 2-core VM this is developed on (docs/benchmarks.md), cached copies ran at
 // about 15 GB/s for some seconds and at 2.5 GB/s for others, while
 // streaming copies stayed at 13-19 GB/s but made the peer's reads about a
-// third slower. So the copier times every slot copy, keeps a moving
-// average per way, takes streaming only when cached copies are more than
-// streamingMargin times slower, and tries the other way every
-// exploreEvery slots so that the averages follow a change.
+// third slower. So the copier times every piece it chooses for, keeps a
+// moving average per way (of the time per slot's worth of bytes), takes
+// streaming only when cached copies are more than streamingMargin times
+// slower, and tries the other way every exploreEvery pieces so that the
+// averages follow a change.
 //
 // Only the progress goroutine uses a slotCopier.
 type slotCopier struct {
-	est [2]float64 // moving average of ns per slot: copyCached, copyStreaming
-	n   uint64     // slots copied
+	est [2]float64 // moving average of ns per slot's worth of bytes: copyCached, copyStreaming
+	n   uint64     // pieces chosen for
 }
 
 const (
 	copyCached    = 0
 	copyStreaming = 1
-	// exploreEvery is how often (in slots) the way not in favour is timed:
+	// exploreEvery is how often (in pieces) the way not in favour is timed:
 	// a cached slot costs up to six times a streaming one, so timing it
-	// every 16 slots slowed 64 MiB allreduce by a quarter; every 64 slots
-	// (64 MiB, a few ms) still follows a change of the vCPUs' placement.
+	// every 16 slots slowed 64 MiB allreduce by a quarter; every 64 pieces
+	// (16-64 MiB, a few ms) still follows a change of the vCPUs' placement.
 	exploreEvery = 64
+	// streamMin is the smallest payload piece the copier chooses for:
+	// smaller ones (the ends of messages, small messages) are copied the
+	// cached way without being timed.
+	streamMin = 64 << 10
 	// streamingMargin is how much slower cached copies must be before
 	// streaming is preferred: streaming also slows the peer's reads.
 	streamingMargin = 1.5
@@ -61,13 +66,14 @@ func (c *slotCopier) choose() int {
 	return best
 }
 
-// observe records that a slot copied way m took d. The average weighs the
+// observe records that a piece of size bytes copied way m took d. The
+// average, of the time per shmChunk bytes, weighs the
 // newest sample by half, so that the few samples of the way not in favour
 // follow a change within about six of them. A sample counts as at most
 // twice the average, so that one copy during which the thread was
 // descheduled does not flip the choice, while two slow copies in a row do.
-func (c *slotCopier) observe(m int, d time.Duration) {
-	x := float64(d.Nanoseconds())
+func (c *slotCopier) observe(m int, d time.Duration, size int) {
+	x := float64(d.Nanoseconds()) * shmChunk / float64(max(size, 1))
 	if e := c.est[m]; e == 0 {
 		c.est[m] = max(x, 1)
 	} else {
