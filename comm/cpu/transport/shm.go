@@ -277,16 +277,16 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			}
 			n = free
 		}
-		// A piece with at least streamMin bytes of payload: slotCopier
-		// picks how to store them. A whole slot stored the cached way
-		// goes in as two halves, each made visible to the reader as
-		// soon as it is copied.
+		// A piece with at least streamMin bytes of payload of a message
+		// longer than streamMsgMin: slotCopier picks how to store them.
+		// A whole slot stored the cached way goes in as two halves, each
+		// made visible to the reader as soon as it is copied.
 		way := -1
 		cp := &s.copiers[0]
 		if j.fwd {
 			cp = &s.copiers[1]
 		}
-		if payloadIn(j, n) >= streamMin {
+		if len(j.payload) > streamMsgMin && payloadIn(j, n) >= streamMin {
 			way = cp.choose()
 			if way == copyCached && n == shmChunk && j.pos >= HeaderSize {
 				n = shmChunk / 2

@@ -4,7 +4,8 @@ import "time"
 
 // slotCopier copies the pieces of a send into an shm ring (up to a slot,
 // shmChunk bytes, at a time; those with at least streamMin bytes of
-// payload), choosing per piece between two ways of storing them:
+// payload, of messages longer than streamMsgMin), choosing per piece
+// between two ways of storing them:
 //
 //   - cached: ordinary stores (the Go runtime's memmove; a whole slot as
 //     two copies of half a slot, each published to the reader as it is
@@ -40,9 +41,18 @@ const (
 	// (16-64 MiB, a few ms) still follows a change of the vCPUs' placement.
 	exploreEvery = 64
 	// streamMin is the smallest payload piece the copier chooses for:
-	// smaller ones (the ends of messages, small messages) are copied the
-	// cached way without being timed.
+	// smaller ones (the ends of messages) are copied the cached way
+	// without being timed.
 	streamMin = 64 << 10
+	// streamMsgMin: pieces of messages up to half a slot are copied the
+	// cached way. Those are the messages of ops of up to about 1 MiB per
+	// rank, whose buffers and ring pieces stay in cache for the reader;
+	// streaming their pieces (which the copier, timing only the writer,
+	// may prefer) made 1 MiB allreduces slower. The chunks of the ring
+	// allreduce (allreduce_ring.go, at most a slot and more than half
+	// of one) are longer. Before the chunks only whole slots were
+	// streamed, so only messages of a slot or more.
+	streamMsgMin = shmChunk / 2
 	// streamingMargin is how much slower cached copies must be before
 	// streaming is preferred: streaming also slows the peer's reads.
 	streamingMargin = 1.5
