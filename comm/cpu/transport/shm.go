@@ -25,8 +25,13 @@ import (
 //
 // Head and tail are running byte counts (never wrapped); producer and
 // consumer sit on separate cache lines. Messages are a 64-byte header and
-// the payload padded to 8 bytes, so every counter stays a multiple of 8 and
-// no element (at most 8 bytes) straddles the wrap.
+// the payload padded to 16 bytes (padMsg), and rings are a multiple of 16
+// bytes, so every payload starts 16-byte aligned in the ring and every
+// piece a writer publishes ends at a multiple of 16 bytes of payload (or
+// the payload's end): no element (at most 16 bytes, complex128) is split
+// between two pieces by the wrap or a slot boundary, so a reducing reader
+// always gets whole elements. (With 8-byte padding a complex128 payload
+// could start 8 bytes off and a piece end mid-element.)
 const (
 	shmDataOff = 4096
 	// shmChunk bounds one copy into or out of a ring, so that the other
@@ -46,7 +51,8 @@ type shmRing struct {
 	local      uint64 // our own counter: tail for the producer, head for the consumer
 }
 
-func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
+// padMsg is n rounded up to the 16-byte granularity of the rings.
+func padMsg(n uint64) uint64 { return (n + 15) &^ 15 }
 
 // ShmLink is a link whose data moves through two shm rings; its control
 // connection (a control-only tcpLink) carries mismatch notices and tells
@@ -251,13 +257,13 @@ func (s *ShmLink) peerErr() error { return s.ctrl.readErr() }
 // whether j is complete and whether anything was copied.
 func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 	r := &s.tx
-	total := HeaderSize + pad8(uint64(len(j.payload)))
+	total := HeaderSize + padMsg(uint64(len(j.payload)))
 	for j.pos < total {
 		limit := total
 		if j.held {
-			// A forward: no further than the payload produced so far
-			// (whole 8-byte words, so that counters stay multiples of 8).
-			limit = HeaderSize + j.ready&^7
+			// A forward: no further than the payload produced so far,
+			// in whole 16-byte units (see padMsg).
+			limit = HeaderSize + j.ready&^15
 			if j.pos >= limit {
 				return false, progressed
 			}
@@ -458,7 +464,7 @@ func (s *ShmLink) poll() (Header, bool, error) {
 func (s *ShmLink) read(h *Header, sk sink) error {
 	s.hasCur = false
 	r := &s.rx
-	total := pad8(h.Len)
+	total := padMsg(h.Len)
 	var b backoff
 	for got := uint64(0); got < total; {
 		avail := r.tail.Load() - r.local
