@@ -119,17 +119,29 @@ func ringChunks(blocks [][]byte, elem, chunk, n int) int {
 // more at 1-8 MiB, whose results ordinary stores leave in cache.
 const ringStreamOutMin = 32 << 20
 
+// ringChunkMin is the number of chunks from which the ring allreduce cuts
+// a buffer into chunks at all: 16 MiB with the default 1 MiB chunks.
+// Forwarding from cache (see allreduceRing) saves a read of the buffer
+// from memory only where the buffer does not stay in cache between the
+// reduce-scatter and the allgather; below, the chunks' extra messages and
+// turns cost more than they save. Measured with 2 ranks on the
+// development machine (32 MiB last-level cache; the two alternated op by
+// op, docs/algorithms.md): unchunked was about 10 % faster at 4 and
+// 8 MiB, chunked 5-15 % faster at 16 MiB and 20-30 % at 32 and 64 MiB.
+const ringChunkMin = 16
+
 // ringOptions are the ring allreduce's options for a buffer of nbytes.
-// The chunk is 1 MiB (a quarter of the default 4 MiB shm ring, so that a
-// chunk's message and the forward behind it both fit in a ring) when the
-// group has a group segment, which means every rank is on this host over
-// shm (transport/shm_group.go; every rank knows it alike); else 0, one
-// chunk per block, the classic ring's messages (over TCP, more and
-// smaller messages gain nothing).
+// The chunks are 1 MiB (a quarter of the default 4 MiB shm ring, so that
+// a chunk's message and the forward behind it both fit in a ring), used
+// for buffers of at least ringChunkMin chunks, when the group has a group
+// segment, which means every rank is on this host over shm
+// (transport/shm_group.go; every rank knows it alike, and nbytes is in
+// the op's fingerprint); else there is one chunk per block, the classic
+// ring's messages (over TCP more and smaller messages gain nothing).
 func (e *Engine) ringOptions(nbytes int) ringOpts {
 	o := ringOpts{streamOut: nbytes >= ringStreamOutMin}
-	if e.grp != nil {
-		o.chunk = min(1<<20, e.opts.ShmRingBytes/4)
+	if c := min(1<<20, e.opts.ShmRingBytes/4); e.grp != nil && nbytes >= ringChunkMin*c {
+		o.chunk = c
 	}
 	return o
 }

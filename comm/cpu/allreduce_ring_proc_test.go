@@ -20,8 +20,10 @@ const envRingProc = "RANKTREE_CPU_RINGPROC" // "mode,rank,size,transport,dir" in
 
 // ringProcCounts are the float32 counts of the multi-process ring test:
 // just above RingThreshold (256 KiB) with an odd count, blocks that are
-// not a whole number of 1 MiB chunks, a count whose blocks differ by one
-// element, and one above ringStreamOutMin (non-temporal stores). With mode "smallring" the rings are 64 KiB, so the
+// not a whole number of chunks, a count whose blocks differ by one
+// element, and one above ringStreamOutMin (non-temporal stores) and
+// ringChunkMin 1 MiB chunks (the smaller ones are cut into chunks only
+// with mode "smallring"). With mode "smallring" the rings are 64 KiB, so the
 // chunks are 16 KiB and every message wraps the ring many times.
 var ringProcCounts = []int{65536 + 3, 1<<20 + 7, 2_500_001, ringStreamOutMin/4 + 5}
 
@@ -56,7 +58,7 @@ func TestRingProcRank(t *testing.T) {
 	}
 	defer e.Close()
 	if tr == TransportSHM {
-		fmt.Printf("RANK-CHUNK %d\n", e.ringOptions(0).chunk)
+		fmt.Printf("RANK-CHUNK %d\n", e.ringOptions(1<<30).chunk)
 	}
 	seq := uint64(0)
 	allreduce := func(data []float32) *comm.Work {

@@ -2,16 +2,15 @@ package transport
 
 import "time"
 
-// slotCopier copies the pieces of a send into an shm ring (up to a slot,
-// shmChunk bytes, at a time; those with at least streamMin bytes of
+// slotCopier copies the pieces of a send into an shm ring (up to
+// shmPiece bytes at a time; those with at least streamMin bytes of
 // payload, of messages longer than streamMsgMin), choosing per piece
 // between two ways of storing them:
 //
-//   - cached: ordinary stores (the Go runtime's memmove; a whole slot as
-//     two copies of half a slot, each published to the reader as it is
-//     done). Each ring line is first fetched for ownership, usually from
-//     the peer core, which read it one ring turn earlier; the data then
-//     waits in cache for the peer.
+//   - cached: ordinary stores (the Go runtime's memmove). Each ring line
+//     is first fetched for ownership, usually from the peer core, which
+//     read it one ring turn earlier; the data then waits in cache for the
+//     peer.
 //   - streaming: non-temporal stores (streamCopy, ntcopy_amd64.go): no
 //     fetch for ownership, and the peer reads the data back from memory.
 //
@@ -21,14 +20,14 @@ import "time"
 // about 15 GB/s for some seconds and at 2.5 GB/s for others, while
 // streaming copies stayed at 13-19 GB/s but made the peer's reads about a
 // third slower. So the copier times every piece it chooses for, keeps a
-// moving average per way (of the time per slot's worth of bytes), takes
+// moving average per way (of the time per MiB, shmChunk), takes
 // streaming only when cached copies are more than streamingMargin times
 // slower, and tries the other way every exploreEvery pieces so that the
 // averages follow a change.
 //
 // Only the progress goroutine uses a slotCopier.
 type slotCopier struct {
-	est [2]float64 // moving average of ns per slot's worth of bytes: copyCached, copyStreaming
+	est [2]float64 // moving average of ns per shmChunk bytes: copyCached, copyStreaming
 	n   uint64     // pieces chosen for
 }
 
@@ -36,29 +35,29 @@ const (
 	copyCached    = 0
 	copyStreaming = 1
 	// exploreEvery is how often (in pieces) the way not in favour is timed:
-	// a cached slot costs up to six times a streaming one, so timing it
-	// every 16 slots slowed 64 MiB allreduce by a quarter; every 64 pieces
-	// (16-64 MiB, a few ms) still follows a change of the vCPUs' placement.
+	// a cached copy costs up to six times a streaming one, so timing it
+	// every 16 MiB slowed 64 MiB allreduce by a quarter; every 64 pieces
+	// (16 MiB, a few ms) still follows a change of the vCPUs' placement.
 	exploreEvery = 64
 	// streamMin is the smallest payload piece the copier chooses for:
 	// smaller ones (the ends of messages) are copied the cached way
 	// without being timed.
 	streamMin = 64 << 10
-	// streamMsgMin: pieces of messages up to half a slot are copied the
+	// streamMsgMin: pieces of messages of up to 512 KiB are copied the
 	// cached way. Those are the messages of ops of up to about 1 MiB per
 	// rank, whose buffers and ring pieces stay in cache for the reader;
 	// streaming their pieces (which the copier, timing only the writer,
 	// may prefer) made 1 MiB allreduces slower. The chunks of the ring
-	// allreduce (allreduce_ring.go, at most a slot and more than half
-	// of one) are longer. Before the chunks only whole slots were
-	// streamed, so only messages of a slot or more.
-	streamMsgMin = shmChunk / 2
+	// allreduce (allreduce_ring.go, at most 1 MiB and more than half of
+	// it) are longer. Before the chunks only whole 1 MiB slots were
+	// streamed, so only messages of 1 MiB or more.
+	streamMsgMin = 512 << 10
 	// streamingMargin is how much slower cached copies must be before
 	// streaming is preferred: streaming also slows the peer's reads.
 	streamingMargin = 1.5
 )
 
-// choose returns the way to copy the next slot.
+// choose returns the way to copy the next piece.
 func (c *slotCopier) choose() int {
 	c.n++
 	for m, e := range c.est {

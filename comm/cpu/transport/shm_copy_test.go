@@ -56,9 +56,8 @@ func TestSlotCopierChoice(t *testing.T) {
 	}
 }
 
-// TestSlotCopierPerByte: pieces smaller than a slot count by their time
-// per slot's worth of bytes, so a way timed on quarter slots compares
-// with one timed on whole slots.
+// TestSlotCopierPerByte: pieces count by their time per MiB, so a way
+// timed on 256 KiB pieces compares with one timed on 1 MiB pieces.
 func TestSlotCopierPerByte(t *testing.T) {
 	var c slotCopier
 	c.observe(copyCached, 100*time.Microsecond, shmChunk/4) // 400 µs a slot
