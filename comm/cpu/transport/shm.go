@@ -289,15 +289,20 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			}
 			n = free
 		}
-		// A piece with at least streamMin bytes of payload of a message
-		// longer than streamMsgMin: slotCopier picks how to store them.
+		// A piece with at least streamMin bytes of payload: slotCopier
+		// picks how to store them, streaming those of short messages
+		// only when cached stores are much slower (streamMsgMin).
 		way := -1
 		cp := &s.copiers[0]
 		if j.fwd {
 			cp = &s.copiers[1]
 		}
-		if len(j.payload) > streamMsgMin && payloadIn(j, n) >= streamMin {
-			way = cp.choose()
+		if payloadIn(j, n) >= streamMin {
+			margin := streamingMargin
+			if len(j.payload) <= streamMsgMin {
+				margin = smallStreamingMargin
+			}
+			way = cp.choose(margin)
 		}
 		dst := r.data[at : at+n]
 		// Copy the part of [pos, pos+n) that is header, then payload;

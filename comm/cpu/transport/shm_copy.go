@@ -4,8 +4,7 @@ import "time"
 
 // slotCopier copies the pieces of a send into an shm ring (up to
 // shmPiece bytes at a time; those with at least streamMin bytes of
-// payload, of messages longer than streamMsgMin), choosing per piece
-// between two ways of storing them:
+// payload), choosing per piece between two ways of storing them:
 //
 //   - cached: ordinary stores (the Go runtime's memmove). Each ring line
 //     is first fetched for ownership, usually from the peer core, which
@@ -22,8 +21,8 @@ import "time"
 // third slower. So the copier times every piece it chooses for, keeps a
 // moving average per way (of the time per MiB, shmChunk), takes
 // streaming only when cached copies are more than streamingMargin times
-// slower, and tries the other way every exploreEvery pieces so that the
-// averages follow a change.
+// slower (smallStreamingMargin for short messages), and tries the other
+// way every exploreEvery pieces so that the averages follow a change.
 //
 // Only the progress goroutine uses a slotCopier.
 type slotCopier struct {
@@ -43,22 +42,26 @@ const (
 	// smaller ones (the ends of messages) are copied the cached way
 	// without being timed.
 	streamMin = 64 << 10
-	// streamMsgMin: pieces of messages of up to 512 KiB are copied the
-	// cached way. Those are the messages of ops of up to about 1 MiB per
-	// rank, whose buffers and ring pieces stay in cache for the reader;
-	// streaming their pieces (which the copier, timing only the writer,
-	// may prefer) made 1 MiB allreduces slower. The chunks of the ring
-	// allreduce (allreduce_ring.go, at most 1 MiB and more than half of
-	// it) are longer. Before the chunks only whole 1 MiB slots were
-	// streamed, so only messages of 1 MiB or more.
-	streamMsgMin = 512 << 10
+	// streamMsgMin: messages of up to 512 KiB are streamed only when
+	// cached copies are more than smallStreamingMargin times slower. They
+	// are the messages of ops of up to about 1 MiB per rank, whose buffers
+	// and ring pieces otherwise stay in cache for the reader, which the
+	// copier, timing only the writer, does not see: with the ordinary
+	// margin, streaming made 1 MiB allreduces slower. Where cached stores
+	// are several times slower (the VM's slow mode, docs/benchmarks.md),
+	// streaming wins for them too: 512 KiB ring chunks that could not be
+	// streamed made 64 MiB allreduces four times slower there.
+	streamMsgMin         = 512 << 10
+	smallStreamingMargin = 3.0
 	// streamingMargin is how much slower cached copies must be before
 	// streaming is preferred: streaming also slows the peer's reads.
 	streamingMargin = 1.5
 )
 
-// choose returns the way to copy the next piece.
-func (c *slotCopier) choose() int {
+// choose returns the way to copy the next piece: streaming if cached
+// copies are more than margin times slower (except every exploreEvery
+// pieces, which take the other way).
+func (c *slotCopier) choose(margin float64) int {
 	c.n++
 	for m, e := range c.est {
 		if e == 0 {
@@ -66,7 +69,7 @@ func (c *slotCopier) choose() int {
 		}
 	}
 	best := copyCached
-	if c.est[copyCached] > streamingMargin*c.est[copyStreaming] {
+	if c.est[copyCached] > margin*c.est[copyStreaming] {
 		best = copyStreaming
 	}
 	if c.n%exploreEvery == 0 {

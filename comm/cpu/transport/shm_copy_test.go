@@ -13,7 +13,7 @@ func TestSlotCopierChoice(t *testing.T) {
 	cost := map[int]time.Duration{copyCached: 60 * time.Microsecond, copyStreaming: 70 * time.Microsecond}
 	run := func(slots int) (counts [2]int) {
 		for range slots {
-			m := c.choose()
+			m := c.choose(streamingMargin)
 			counts[m]++
 			c.observe(m, cost[m], shmChunk)
 		}
@@ -46,7 +46,7 @@ func TestSlotCopierChoice(t *testing.T) {
 	cost[copyCached] = 60 * time.Microsecond
 	run(64 * 2)
 	cost[copyCached] = 50 * time.Millisecond
-	if m := c.choose(); m != copyCached {
+	if m := c.choose(streamingMargin); m != copyCached {
 		t.Fatalf("slot %d: way %d, want cached", c.n, m)
 	}
 	c.observe(copyCached, cost[copyCached], shmChunk)
@@ -63,7 +63,7 @@ func TestSlotCopierPerByte(t *testing.T) {
 	c.observe(copyCached, 100*time.Microsecond, shmChunk/4) // 400 µs a slot
 	c.observe(copyStreaming, 200*time.Microsecond, shmChunk)
 	c.n = 1
-	if m := c.choose(); m != copyStreaming {
+	if m := c.choose(streamingMargin); m != copyStreaming {
 		t.Fatalf("cached at 400 µs a slot against streaming at 200: way %d, want streaming", m)
 	}
 }
