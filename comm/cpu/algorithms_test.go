@@ -154,7 +154,21 @@ type meshCase struct {
 var meshCases = []meshCase{
 	{"allreduce_ring", false, func(t *testing.T, mr *meshRun, n, count int, what string) {
 		checkMeshAllReduce(t, mr, n, count, what, func(m *transport.Mesh, buf []int64) error {
-			return allreduceRing(m, splitBlocks(buf, n))
+			return allreduceRing(m, splitBlocks(buf, n), 8, ringOpts{chunk: 0})
+		})
+	}},
+	// Chunked: chunks of 5 elements (blocks are not multiples of it) and
+	// of 1000 bytes (125 elements: the 4 KiB rings hold a chunk's message
+	// and the forward behind it, or wrap mid-message), the latter
+	// receiving its finished blocks with RecvStreaming.
+	{"allreduce_ring_chunk40", false, func(t *testing.T, mr *meshRun, n, count int, what string) {
+		checkMeshAllReduce(t, mr, n, count, what, func(m *transport.Mesh, buf []int64) error {
+			return allreduceRing(m, splitBlocks(buf, n), 8, ringOpts{chunk: 40})
+		})
+	}},
+	{"allreduce_ring_chunk1000", false, func(t *testing.T, mr *meshRun, n, count int, what string) {
+		checkMeshAllReduce(t, mr, n, count, what, func(m *transport.Mesh, buf []int64) error {
+			return allreduceRing(m, splitBlocks(buf, n), 8, ringOpts{chunk: 1000, streamOut: true})
 		})
 	}},
 	{"allreduce_recdoubling", false, func(t *testing.T, mr *meshRun, n, count int, what string) {

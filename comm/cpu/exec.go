@@ -246,7 +246,7 @@ func (e *Engine) allReduce(op *comm.Op) error {
 			lo, hi := split(b.Len(), m.Size(), i)
 			blocks[i] = buf[lo*dt.Size() : hi*dt.Size()]
 		}
-		err = allreduceRing(m, blocks)
+		err = allreduceRing(m, blocks, dt.Size(), e.ringOptions(len(buf)))
 	} else {
 		err = allreduceRecDoubling(m, buf, e.scratch(len(buf)))
 	}

@@ -22,6 +22,15 @@ type Mesh interface {
 	// RecvReduce is Recv that combines the message into dst with the op's
 	// reduction (dst = op(dst, msg)) as it streams in.
 	RecvReduce(peer, step int, dst []byte) error
+	// RecvReduceSend is RecvReduce(from, step, dst) followed by
+	// Send(to, sendStep, dst); RecvSend is Recv followed by Send. A
+	// transport may send each piece of dst as soon as it is reduced or
+	// copied, while it is in cache (transport/mesh_forward.go).
+	RecvReduceSend(from, step int, dst []byte, to, sendStep int) error
+	RecvSend(from, step int, dst []byte, to, sendStep int) error
+	// RecvStreaming is Recv for a result larger than the caches: a
+	// transport may write dst around the caches (non-temporal stores).
+	RecvStreaming(from, step int, dst []byte) error
 	// Flush blocks until every queued send has left its buffer.
 	Flush() error
 	// Reduce combines src into dst with the op's reduction (dst = op(dst, src)).

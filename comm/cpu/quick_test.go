@@ -18,14 +18,20 @@ import (
 func TestQuickAllReduceVsNaive(t *testing.T) {
 	algos := map[string]func(m *transport.Mesh, buf []int64) error{
 		"ring": func(m *transport.Mesh, buf []int64) error {
-			return allreduceRing(m, splitBlocks(buf, m.Size()))
+			return allreduceRing(m, splitBlocks(buf, m.Size()), 8, ringOpts{chunk: 0})
+		},
+		// Chunks of 3 KiB: blocks of up to 3000 elements cut into a few
+		// pieces that a 16 KiB ring carries with room to spare, or not;
+		// the finished blocks received with RecvStreaming.
+		"ringchunked": func(m *transport.Mesh, buf []int64) error {
+			return allreduceRing(m, splitBlocks(buf, m.Size()), 8, ringOpts{chunk: 3 << 10, streamOut: true})
 		},
 		"recdoubling": func(m *transport.Mesh, buf []int64) error {
 			return allreduceRecDoubling(m, i64bytes(buf), make([]byte, 8*len(buf)))
 		},
 	}
 	for n := 1; n <= 5; n++ {
-		for _, algo := range []string{"ring", "recdoubling"} {
+		for _, algo := range []string{"ring", "ringchunked", "recdoubling"} {
 			t.Run(fmt.Sprintf("n=%d/%s", n, algo), func(t *testing.T) {
 				mr := newMeshRun(t, n, 16<<10, 0)
 				f := func(seed uint64, c uint16, op uint8) bool {

@@ -24,7 +24,10 @@
 //   - mesh.go, p2p.go: Mesh, one link per peer for one rank, matching
 //     messages to the current op (fingerprint, step, length), stashing
 //     point-to-point messages; it implements the comm/cpu Mesh interface
-//     the algorithms are written against.
+//     the algorithms are written against. mesh_forward.go: its forwards
+//     (a receive whose pieces are sent on from cache as they are reduced
+//     or copied, over a held shm send) and its receive with non-temporal
+//     stores; ntcopy_amd64.s: the non-temporal copy.
 //   - shm_group.go, doorbell_linux.go, mesh_flat.go: the group segment of
 //     a group whose 2..MaxFlatRanks ranks share a host (per-rank
 //     double-buffered slots, sequence words, sleeping flags) and its

@@ -188,7 +188,7 @@ type InmemConfig struct {
 	Rank  int    // this member's group rank, 0 <= Rank < Size
 	Size  int    // group size
 	// RingBytes is the size of each ring direction of a pair (the shm
-	// transport's ShmRingBytes), a positive multiple of 8.
+	// transport's ShmRingBytes), a positive multiple of 16.
 	RingBytes int
 	// SlotBytes is the slot size of the one-step algorithms (FlatThreshold);
 	// 0, or a group above MaxFlatRanks, gets no group segment.

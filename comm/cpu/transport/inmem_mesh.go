@@ -26,7 +26,7 @@ type InmemMesh struct {
 
 // InmemMeshOptions size the in-memory rings and slots.
 type InmemMeshOptions struct {
-	// RingBytes is each ring direction's size, a positive multiple of 8
+	// RingBytes is each ring direction's size, a positive multiple of 16
 	// (default 64 KiB). Small rings make large messages wrap and wait for
 	// room, as the shm transport's do.
 	RingBytes int
@@ -38,7 +38,7 @@ type InmemMeshOptions struct {
 
 // NewInmemMesh connects size ranks in memory. It returns an error wrapping
 // comm.ErrInvalidArgument for a size below 1 or a RingBytes that is
-// negative or not a multiple of 8.
+// negative or not a multiple of 16.
 func NewInmemMesh(size int, opts InmemMeshOptions) (*InmemMesh, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("%w: transport: in-memory mesh of %d ranks", comm.ErrInvalidArgument, size)
@@ -46,8 +46,8 @@ func NewInmemMesh(size int, opts InmemMeshOptions) (*InmemMesh, error) {
 	if opts.RingBytes == 0 {
 		opts.RingBytes = 64 << 10
 	}
-	if opts.RingBytes < 0 || opts.RingBytes%8 != 0 {
-		return nil, fmt.Errorf("%w: transport: RingBytes %d is not a positive multiple of 8", comm.ErrInvalidArgument, opts.RingBytes)
+	if opts.RingBytes < 0 || opts.RingBytes%16 != 0 {
+		return nil, fmt.Errorf("%w: transport: RingBytes %d is not a positive multiple of 16", comm.ErrInvalidArgument, opts.RingBytes)
 	}
 	h := NewInmemHub()
 	im := &InmemMesh{meshes: make([]*Mesh, size), ctls: make([]*Ctl, size), links: make([][]Link, size), grps: make([]*ShmGroup, size)}

@@ -52,6 +52,12 @@ type Mesh struct {
 	// through an interface, which would move a local to the heap on every
 	// message (and, in recvColl, on every poll while waiting).
 	sh, rh Header
+	// fw is the forward of the RecvReduceSend or RecvSend in progress,
+	// so is the sink of the RecvStreaming in progress (mesh_forward.go);
+	// fwFn and soFn are their deliver methods, bound once.
+	fw         forward
+	so         streamOut
+	fwFn, soFn func(off int, seg []byte) error
 
 	// Fatal returns the engine's recorded error (a notice from a peer, a
 	// dead connection) if it concerns the running op, so that waits end

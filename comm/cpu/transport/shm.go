@@ -25,17 +25,28 @@ import (
 //
 // Head and tail are running byte counts (never wrapped); producer and
 // consumer sit on separate cache lines. Messages are a 64-byte header and
-// the payload padded to 8 bytes, so every counter stays a multiple of 8 and
-// no element (at most 8 bytes) straddles the wrap.
+// the payload padded to 16 bytes (padMsg), and rings are a multiple of 16
+// bytes, so every payload starts 16-byte aligned in the ring and every
+// piece a writer publishes ends at a multiple of 16 bytes of payload (or
+// the payload's end): no element (at most 16 bytes, complex128) is split
+// between two pieces by the wrap or a piece boundary, so a reducing reader
+// always gets whole elements. (With 8-byte padding a complex128 payload
+// could start 8 bytes off and a piece end mid-element.)
 const (
 	shmDataOff = 4096
-	// shmChunk bounds one copy into or out of a ring, so that the other
-	// side sees progress (pipelining) and Abort is noticed between chunks.
-	// Senders also split the ring into slots of shmChunk bytes: a copy
-	// never crosses a slot boundary and starts only once its whole piece
-	// is free, so that the pieces of a large message are whole slots,
-	// which slotCopier may copy with non-temporal stores (shm_copy.go).
+	// shmChunk bounds one copy out of a ring, so that the other side
+	// sees progress (pipelining) and Abort is noticed between chunks.
 	shmChunk = 1 << 20
+	// shmPiece bounds one copy into a ring: senders split the ring into
+	// pieces of shmPiece bytes, a copy never crosses a piece boundary and
+	// starts only once its whole piece is free. The reader can start on
+	// a message after its first 256 KiB, which matters when the ranks
+	// take turns (a chunk of the ring allreduce, comm/cpu/allreduce_ring.go,
+	// waits for the first piece of the peer's chunk): measured with 2
+	// ranks, 1 MiB pieces made 2 MiB allreduces 10-30 % slower and the
+	// larger sizes no faster. slotCopier (shm_copy.go) chooses per piece
+	// how to store it.
+	shmPiece = 256 << 10
 )
 
 // shmRing is one direction of an shm pair.
@@ -46,7 +57,8 @@ type shmRing struct {
 	local      uint64 // our own counter: tail for the producer, head for the consumer
 }
 
-func pad8(n uint64) uint64 { return (n + 7) &^ 7 }
+// padMsg is n rounded up to the 16-byte granularity of the rings.
+func padMsg(n uint64) uint64 { return (n + 15) &^ 15 }
 
 // ShmLink is a link whose data moves through two shm rings; its control
 // connection (a control-only tcpLink) carries mismatch notices and tells
@@ -72,9 +84,12 @@ type ShmLink struct {
 	// and wakes it through the control channel.
 	mySleep, peerSleep *atomic.Uint32
 
-	q      []*shmJob  // queued sends, oldest first (progress goroutine only)
-	copier slotCopier // how whole slots are copied into tx (progress goroutine only)
-	werr   error      // the peer died while we had sends queued
+	q    []*shmJob // queued sends, oldest first (progress goroutine only)
+	werr error     // the peer died while we had sends queued
+	// copiers choose how pieces are copied into tx (progress goroutine
+	// only): [0] for sends, whose payload comes from memory, [1] for
+	// forwards (mesh_forward.go), whose payload is still in cache.
+	copiers [2]slotCopier
 
 	// grp is the group segment, or nil: with it the peer sleeps on its
 	// bell there, and nudge rings it instead of writing to the control
@@ -88,6 +103,11 @@ type shmJob struct {
 	hdr     [HeaderSize]byte
 	payload []byte
 	pos     uint64 // bytes of header+padded payload written so far
+	// held is set while the payload is still being produced (a forward,
+	// mesh_forward.go): only its first ready bytes may be copied.
+	held  bool
+	ready uint64
+	fwd   bool // a forward: its payload is copied while in cache
 }
 
 func randomName() string {
@@ -243,14 +263,23 @@ func (s *ShmLink) peerErr() error { return s.ctrl.readErr() }
 // whether j is complete and whether anything was copied.
 func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 	r := &s.tx
-	total := HeaderSize + pad8(uint64(len(j.payload)))
+	total := HeaderSize + padMsg(uint64(len(j.payload)))
 	for j.pos < total {
+		limit := total
+		if j.held {
+			// A forward: no further than the payload produced so far,
+			// in whole 16-byte units (see padMsg).
+			limit = HeaderSize + j.ready&^15
+			if j.pos >= limit {
+				return false, progressed
+			}
+		}
 		free := r.size - (r.local - r.head.Load())
 		at := r.local % r.size
-		// Copy up to the next slot boundary, and only once that whole
-		// piece is free (see shmChunk); a ring smaller than a slot
+		// Copy up to the next piece boundary, and only once that whole
+		// piece is free (see shmPiece); a ring smaller than a piece
 		// takes pieces of at most its size.
-		n := min(total-j.pos, r.size-at, shmChunk-at%shmChunk)
+		n := min(limit-j.pos, r.size-at, shmPiece-at%shmPiece)
 		if free < n {
 			// Until the whole header is in, take any free space: the
 			// reader frees nothing before it has read a whole header, so
@@ -260,14 +289,20 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			}
 			n = free
 		}
-		// A whole slot of payload: slotCopier picks how to store it.
-		// Stored the cached way, it goes in as two halves, each made
-		// visible to the reader as soon as it is copied.
+		// A piece with at least streamMin bytes of payload: slotCopier
+		// picks how to store them, streaming those of short messages
+		// only when cached stores are much slower (streamMsgMin).
 		way := -1
-		if n == shmChunk && j.pos >= HeaderSize && j.pos-HeaderSize+shmChunk <= uint64(len(j.payload)) {
-			if way = s.copier.choose(); way == copyCached {
-				n = shmChunk / 2
+		cp := &s.copiers[0]
+		if j.fwd {
+			cp = &s.copiers[1]
+		}
+		if payloadIn(j, n) >= streamMin {
+			margin := streamingMargin
+			if len(j.payload) <= streamMsgMin {
+				margin = smallStreamingMargin
 			}
+			way = cp.choose(margin)
 		}
 		dst := r.data[at : at+n]
 		// Copy the part of [pos, pos+n) that is header, then payload;
@@ -278,12 +313,19 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			dst, p = dst[k:], p+uint64(k)
 		}
 		if len(dst) > 0 && p-HeaderSize < uint64(len(j.payload)) {
-			if way >= 0 {
+			src := j.payload[p-HeaderSize:]
+			k := min(len(dst), len(src))
+			switch way {
+			case copyStreaming:
 				t0 := time.Now()
-				copy(dst, j.payload[p-HeaderSize:])
-				s.copier.observe(way, time.Since(t0)*time.Duration(shmChunk/n))
-			} else {
-				copy(dst, j.payload[p-HeaderSize:])
+				streamCopy(dst[:k], src[:k])
+				cp.observe(way, time.Since(t0), k)
+			case copyCached:
+				t0 := time.Now()
+				copy(dst[:k], src[:k])
+				cp.observe(way, time.Since(t0), k)
+			default:
+				copy(dst[:k], src[:k])
 			}
 		}
 		j.pos += n
@@ -321,6 +363,35 @@ func (s *ShmLink) send(h *Header, payload []byte) error {
 	s.q = append(s.q, j)
 	s.pump()
 	return nil
+}
+
+// payloadIn is how many payload bytes (not header, not padding) the n
+// bytes of j from j.pos hold.
+func payloadIn(j *shmJob, n uint64) int {
+	lo := max(j.pos, HeaderSize) - HeaderSize
+	hi := min(j.pos+n-min(j.pos+n, HeaderSize), uint64(len(j.payload)))
+	if hi <= lo {
+		return 0
+	}
+	return int(hi - lo)
+}
+
+// hold queues a message whose payload is still being produced: the header
+// goes into the ring at once, the payload only as far as j.ready, which the
+// producer advances (mesh_forward.go) before it clears j.held. Messages
+// queued after it wait behind it.
+func (s *ShmLink) hold(h *Header, payload []byte) (*shmJob, error) {
+	if s.ctl.Stopped.Load() {
+		return nil, ErrStopped
+	}
+	if s.werr != nil {
+		return nil, s.werr
+	}
+	j := &shmJob{payload: payload, held: true, fwd: true}
+	h.encode(j.hdr[:])
+	s.q = append(s.q, j)
+	s.pump()
+	return j, nil
 }
 
 // pump copies queued messages into the tx ring as far as it has room,
@@ -399,7 +470,7 @@ func (s *ShmLink) poll() (Header, bool, error) {
 func (s *ShmLink) read(h *Header, sk sink) error {
 	s.hasCur = false
 	r := &s.rx
-	total := pad8(h.Len)
+	total := padMsg(h.Len)
 	var b backoff
 	for got := uint64(0); got < total; {
 		avail := r.tail.Load() - r.local
