@@ -138,10 +138,14 @@ type Watchdog struct {
 
 // inMsg is one inbox entry: a TrackWork (ctl nil), or a control message
 // (RegisterGroup, DeregisterGroup, SetGroupTimeout). Tracks are kept by
-// value so that Track allocates nothing.
+// value so that Track allocates nothing. A track holds its Promise
+// (Promise.Retain) from Track until the drain has handled its batch;
+// kept says that the drain passed that reference on to the group's
+// Works in flight instead (track).
 type inMsg struct {
 	track TrackWork
 	ctl   any
+	kept  bool
 }
 
 type watchedGroup struct {
@@ -264,6 +268,7 @@ func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
 // no goroutine but once every drainBatch Works: the watchdog picks the
 // Work up at its next tick or drain (see Watchdog).
 func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, p *comm.Promise) {
+	p.Retain() // the inbox's reference, until the drain (see inMsg)
 	wd.inMu.Lock()
 	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}})
 	n := len(wd.inbox)
@@ -309,10 +314,11 @@ func (wd *Watchdog) drain() {
 			if m := &batch[i]; m.ctl != nil {
 				wd.handle(m.ctl)
 			} else {
-				wd.track(&m.track, i)
+				m.kept = wd.track(&m.track, i)
 			}
 		}
 		wd.noteNewest(batch)
+		releaseBatch(batch)
 		clear(batch)
 		wd.spare = batch[:0]
 	}
@@ -400,7 +406,8 @@ func (wd *Watchdog) handle(msg any) {
 			defer close(m.done)
 		}
 		delete(wd.groups, m.Group)
-		if _, ok := wd.flights[m.Group]; ok {
+		if f, ok := wd.flights[m.Group]; ok {
+			f.drop()
 			delete(wd.flights, m.Group)
 			wd.lastF = nil
 			if i, ok := slices.BinarySearch(wd.fnames, m.Group); ok {
@@ -411,10 +418,12 @@ func (wd *Watchdog) handle(msg any) {
 	case SetGroupTimeout:
 		wd.apply(wd.core.Step(EvSetTimeout{Group: m.Group, Timeout: m.Timeout}))
 	case TrackWork: // sent as a message rather than through Track: a batch of one
+		m.Promise.Retain() // as Track does
 		batch := []inMsg{{track: m}}
 		wd.newBatch(1)
-		wd.track(&batch[0].track, 0)
+		batch[0].kept = wd.track(&batch[0].track, 0)
 		wd.noteNewest(batch)
+		releaseBatch(batch)
 	}
 }
 
