@@ -33,6 +33,11 @@
 //     (comm.CtxWatch), with BlockingWait every Work gets its deadline, and
 //     a communicator replaced by a restart (Retire) fails later ops with
 //     comm.ErrAborted.
+//  7. A Promise it keeps past the Submit that handed it over (an op queued
+//     for another Submit or the actor to launch, the last op submitted) it
+//     holds with Promise.Retain, so that a blocking op's block
+//     (comm.Blocking) is not reused under it; Observers that keep p do the
+//     same.
 package actors
 
 import (
@@ -58,7 +63,10 @@ import (
 // it. Scheduled must return quickly and must not block on the op's Work;
 // it may watch p.Work().Done() from another goroutine, and complete p (the
 // watchdog fails it at its deadline). c10d: the work-enqueue hooks of
-// ProcessGroupNCCL (flight recorder record, watchdog work list).
+// ProcessGroupNCCL (flight recorder record, watchdog work list). An
+// Observer that keeps p or reads its Work after Scheduled returns must
+// hold it (p.Retain(), then p.Release()): a blocking op's Promise, Work
+// and Op are reused once nothing holds them.
 type Observer interface {
 	Scheduled(op *comm.Op, p *comm.Promise)
 }

@@ -87,6 +87,10 @@ type WatchdogConfig struct {
 // actor too, so a Work launched on it fails at once (c10d fails such Works
 // immediately).
 //
+// Every Promise the watchdog keeps (in the inbox, in flight, as a group's
+// newest) it holds (comm.Promise.Retain) until it forgets it, so that a
+// blocking op's block (comm.Blocking) is never reused under it.
+//
 // At the drain, a Work that has already completed successfully (at a high
 // op rate, nearly all of them) never enters the core's map or deadline
 // heap: only its group's sequence watermarks move (WatchdogCore.Finished)

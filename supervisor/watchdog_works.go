@@ -258,6 +258,9 @@ func (wd *Watchdog) track(m *TrackWork, i int) (kept bool) {
 // Work in it as the group's newest (publishNewest), holding its Promise.
 func (wd *Watchdog) noteNewest(batch []inMsg) {
 	for _, f := range wd.touched {
+		if wd.flights[f.name] != f {
+			continue // its group was deregistered within the batch
+		}
 		m := &batch[f.lastAt].track
 		m.Promise.Retain()
 		if f.newest.id != 0 {
