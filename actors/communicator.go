@@ -356,13 +356,11 @@ func (c *Communicator) enqueue(m launchMsg) {
 	switch {
 	case q.viaActor:
 		q.mu.Unlock()
-		m.p.Retain()
-		m.held = true
+		m.held = m.p.Retain()
 		c.post(m)
 		return
 	case q.busy:
-		m.p.Retain()
-		m.held = true
+		m.held = m.p.Retain()
 		q.pending = append(q.pending, m)
 		q.mu.Unlock()
 		return

@@ -92,9 +92,10 @@ type Op struct {
 	Children   []*Op // Coalesced
 	Timeout    time.Duration
 
-	// one backs a single-buffer In (one[0], setIn) and Out (one[1],
-	// setOut), allocated (or recycled) with the Op.
-	one [2]Buffer
+	// one backs a single-buffer In (setIn), allocated (or recycled) with
+	// the Op; a blocking op's block also backs a single-buffer Out
+	// (setOut, pooledBlock).
+	one [1]Buffer
 
 	// promise is the unused Promise allocated (or recycled) with the Op
 	// by a ProcessGroup's lowering (newOp), for submit to take; nil for
@@ -118,13 +119,20 @@ func (op *Op) SetIdentity(group uint64, epoch uint32, seq uint64) {
 // setIn sets In to the one buffer b without a second allocation.
 func (op *Op) setIn(b Buffer) {
 	op.one[0] = b
-	op.In = op.one[0:1:1]
+	op.In = op.one[:]
 }
 
-// setOut sets Out to the one buffer b without a second allocation.
+// setOut sets Out to the one buffer b: without a second allocation in a
+// blocking op's block (pooledBlock), in a slice of its own otherwise (an
+// async op's block stays within 512 bytes).
 func (op *Op) setOut(b Buffer) {
-	op.one[1] = b
-	op.Out = op.one[1:2:2]
+	if op.promise != nil && op.promise.blk != nil {
+		pb := op.promise.blk
+		pb.out[0] = b
+		op.Out = pb.out[:]
+		return
+	}
+	op.Out = []Buffer{b}
 }
 
 // Chunk returns piece i of a list-or-flat buffer set: bufs[i] when there

@@ -29,10 +29,19 @@ import (
 // An async op's block (no Blocking option) is never counted and never
 // recycled: its caller holds the *Work.
 
-// opBlock is the one allocation of an op a ProcessGroup method lowers.
+// opBlock is the one allocation of an op a ProcessGroup method lowers:
+// 512 bytes, a size class of its own.
 type opBlock struct {
 	op Op
 	p  Promise
+}
+
+// pooledBlock is a blocking op's block: an opBlock and the backing array
+// of a single-buffer Out (Op.setOut), which an async op allocates apart
+// (an opBlock keeps only In's, to stay within 512 bytes).
+type pooledBlock struct {
+	opBlock
+	out [1]Buffer
 }
 
 // Promise.ref values besides a count of holders (≥ 1).
@@ -48,16 +57,19 @@ var recycleOps = true
 
 // blocks holds released op blocks for blocking calls to reuse.
 var blocks = sync.Pool{New: func() any {
-	b := new(opBlock)
+	b := new(pooledBlock)
 	b.p.blk = b
 	return b
 }}
 
-// getBlock takes a block from the pool, ready for newOp.
+// getBlock takes a block from the pool, ready for newOp (which writes
+// the whole Op): it clears the Work here rather than at release, so that
+// the block's memory is written once per reuse, by the goroutine about to
+// use it, while it is in that core's caches.
 func getBlock() *opBlock {
-	b := blocks.Get().(*opBlock)
-	b.p.w.state.Store(workPending)
-	return b
+	b := blocks.Get().(*pooledBlock)
+	b.p.w = Work{}
+	return &b.opBlock
 }
 
 // opSetup folds a call's options and, for a blocking call, takes the
@@ -74,18 +86,21 @@ func opSetup(opts []OpOption) (OpConfig, *opBlock) {
 // input was rejected) to the pool; nil does nothing.
 func (b *opBlock) discard() {
 	if b != nil {
-		b.release()
+		b.p.blk.release()
 	}
 }
 
-// release clears the block (it keeps no buffer, engine or error alive),
-// marks its Work freed, so that a use after release panics, and puts it
-// back in the pool, through the quarantine in test binaries.
-func (b *opBlock) release() {
-	b.op = Op{}
-	b.p.w = Work{}
+// release marks the block's Work freed, so that a use after release
+// panics until it is reused, and puts it back in the pool, through the
+// quarantine in test binaries. It writes two of the block's cache lines
+// (the last holder, often the watchdog draining a batch, finds it cold);
+// getBlock and newOp clear the rest when the block is reused. Until then
+// the pooled block still refers to its last op's buffers (a recently
+// completed op's, which the pool keeps for two garbage collections at
+// most).
+func (b *pooledBlock) release() {
 	b.p.w.state.Store(workFreed)
-	b.p.ref.Store(refFreed)
+	b.p.w.ref.Store(refFreed)
 	if quarantine.on {
 		b = quarantine.swap(b)
 		if b == nil {
@@ -109,13 +124,13 @@ var quarantine = &blockQuarantine{on: testing.Testing()}
 type blockQuarantine struct {
 	on   bool
 	mu   sync.Mutex
-	ring [quarantineLen]*opBlock
+	ring [quarantineLen]*pooledBlock
 	next int
 }
 
 // swap puts b in the quarantine and returns the block it displaces (nil
 // while the ring fills).
-func (q *blockQuarantine) swap(b *opBlock) *opBlock {
+func (q *blockQuarantine) swap(b *pooledBlock) *pooledBlock {
 	q.mu.Lock()
 	old := q.ring[q.next]
 	q.ring[q.next] = b
@@ -124,25 +139,29 @@ func (q *blockQuarantine) swap(b *opBlock) *opBlock {
 	return old
 }
 
-// Retain records one more holder of p. A runtime holder that keeps p, or
-// reads its Work, after the call that handed p to it has returned (an
-// Observer, an engine or a launcher that queues it, a ctx watch) calls
-// Retain during that call and Release once it no longer reads or
-// completes p. The Promise of a blocking op (Blocking) counts its holders,
-// and its block (the Op, the Promise and its Work) is reused for another
-// op once the last one has released it; every other Promise is not
-// counted, and Retain and Release do nothing on it. Call it only while p
-// is held (during the call that handed it over); retaining a released
-// Promise panics.
-func (p *Promise) Retain() {
-	n := p.ref.Load()
+// Retain records one more holder of p and reports whether p is counted.
+// A runtime holder that keeps p, or reads its Work, after the call that
+// handed p to it has returned (an Observer, an engine or a launcher that
+// queues it, a ctx watch) calls Retain during that call and Release once
+// it no longer reads or completes p. The Promise of a blocking op
+// (Blocking) counts its holders, and its block (the Op, the Promise and
+// its Work) is reused for another op once the last one has released it;
+// every other Promise is not counted: Retain does nothing and reports
+// false, and the holder need not call Release (which would do nothing
+// either): a holder that keeps many Promises may remember the result and
+// skip touching an uncounted one again. Call it only while p is held
+// (during the call that handed it over); retaining a released Promise
+// panics.
+func (p *Promise) Retain() (counted bool) {
+	n := p.w.ref.Load()
 	if n == refUncounted {
-		return
+		return false
 	}
 	if n < 0 {
 		panicFreed()
 	}
-	p.ref.Add(1)
+	p.w.ref.Add(1)
+	return true
 }
 
 // Release drops a reference taken with Retain (or the runtime's own, see
@@ -151,19 +170,19 @@ func (p *Promise) Retain() {
 // more than was retained panics. Nothing on an uncounted Promise.
 func (p *Promise) Release() {
 	for {
-		n := p.ref.Load()
+		n := p.w.ref.Load()
 		switch {
 		case n == refUncounted:
 			return
 		case n < 0:
 			panicFreed()
 		case n == 1:
-			if p.ref.CompareAndSwap(1, refFreed) {
+			if p.w.ref.CompareAndSwap(1, refFreed) {
 				p.blk.release()
 				return
 			}
 		default:
-			if p.ref.CompareAndSwap(n, n-1) {
+			if p.w.ref.CompareAndSwap(n, n-1) {
 				return
 			}
 		}
@@ -179,13 +198,13 @@ func (p *Promise) Release() {
 // means (and Release it if not).
 func (p *Promise) TryRetain() bool {
 	for {
-		n := p.ref.Load()
+		n := p.w.ref.Load()
 		switch {
 		case n == refUncounted:
 			return true
 		case n < 0:
 			return false
-		case p.ref.CompareAndSwap(n, n+1):
+		case p.w.ref.CompareAndSwap(n, n+1):
 			return true
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // fnLauncher is a Launcher that hands each Submit to submit.
@@ -88,11 +89,11 @@ func TestBlockingSuccessRecycles(t *testing.T) {
 		t.Fatal("done Work's Done channel is open")
 	}
 	// The launcher's reference keeps the block: the Work is still readable.
-	if n := held.ref.Load(); n != 1 || !held.Work().IsCompleted() || held.Work().Seq() != 7 {
+	if n := held.w.ref.Load(); n != 1 || !held.Work().IsCompleted() || held.Work().Seq() != 7 {
 		t.Fatalf("held block: ref %d, completed %v, seq %d", n, held.Work().IsCompleted(), held.Work().Seq())
 	}
 	held.Release()
-	if n := held.ref.Load(); n != refFreed {
+	if n := held.w.ref.Load(); n != refFreed {
 		t.Fatalf("after the last release ref is %d, want refFreed", n)
 	}
 	if !panics(func() { held.Work().IsCompleted() }) || !panics(func() { held.Work().Timings() }) ||
@@ -105,7 +106,7 @@ func TestBlockingSuccessRecycles(t *testing.T) {
 	// Without a holder, the caller's release is the last one.
 	hold = false
 	pg.Barrier(ctx, Blocking())
-	if n := held.ref.Load(); n != refFreed {
+	if n := held.w.ref.Load(); n != refFreed {
 		t.Fatalf("blocking barrier without holders: ref %d after return, want refFreed", n)
 	}
 }
@@ -126,7 +127,7 @@ func TestBlockingFailureKeepsWork(t *testing.T) {
 		t.Fatalf("blocking failure returned %p err %v seq %d, want the op's own Work (%p)", w, w.Err(), w.Seq(), held.Work())
 	}
 	held.Release() // the last runtime holder: the caller's reference stays
-	if n := held.ref.Load(); n != 1 || !errors.Is(w.Err(), boom) {
+	if n := held.w.ref.Load(); n != 1 || !errors.Is(w.Err(), boom) {
 		t.Fatalf("failed op's block: ref %d, err %v", n, w.Err())
 	}
 }
@@ -149,7 +150,7 @@ func TestBlockingCtxEnds(t *testing.T) {
 		t.Fatal("the op was completed by the caller's ctx")
 	}
 	p.Complete(nil) // the op ends later
-	if n := p.ref.Load(); n != 1 {
+	if n := p.w.ref.Load(); n != 1 {
 		t.Fatalf("op's block after a wait that ctx ended: ref %d, want 1 (the caller's, kept)", n)
 	}
 	if !p.Work().IsSuccess() {
@@ -170,8 +171,8 @@ func TestAsyncNotCounted(t *testing.T) {
 	held.Retain()
 	held.Release()
 	held.Release()
-	if w != held.Work() || held.ref.Load() != refUncounted || !held.TryRetain() || !w.IsSuccess() {
-		t.Fatalf("async op: ref %d, work %p vs %p", held.ref.Load(), w, held.Work())
+	if w != held.Work() || held.w.ref.Load() != refUncounted || !held.TryRetain() || !w.IsSuccess() {
+		t.Fatalf("async op: ref %d, work %p vs %p", held.w.ref.Load(), w, held.Work())
 	}
 }
 
@@ -219,7 +220,7 @@ func TestCtxWatchHoldsDuringFire(t *testing.T) {
 	b := getBlock()
 	p := &b.p
 	p.init(OpAllReduce)
-	p.ref.Store(refStart)
+	p.w.ref.Store(refStart)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var readable bool
@@ -238,9 +239,21 @@ func TestCtxWatchHoldsDuringFire(t *testing.T) {
 		t.Fatal("the Work was released under the ctx watch's callback")
 	}
 	// The watch releases its reference once the callback has returned.
-	for end := time.Now().Add(5 * time.Second); p.ref.Load() != refFreed; time.Sleep(time.Millisecond) {
+	for end := time.Now().Add(5 * time.Second); p.w.ref.Load() != refFreed; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
-			t.Fatalf("after the callback: ref %d, want refFreed", p.ref.Load())
+			t.Fatalf("after the callback: ref %d, want refFreed", p.w.ref.Load())
 		}
+	}
+}
+
+// TestOpBlockSize: an async op's one allocation stays in the 512-byte
+// size class (it was before blocking ops existed), a blocking op's pooled
+// block in the next one.
+func TestOpBlockSize(t *testing.T) {
+	if n := unsafe.Sizeof(opBlock{}); n > 512 {
+		t.Errorf("opBlock is %d bytes, more than 512", n)
+	}
+	if n := unsafe.Sizeof(pooledBlock{}); n > 576 {
+		t.Errorf("pooledBlock is %d bytes, more than 576", n)
 	}
 }

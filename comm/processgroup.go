@@ -357,9 +357,9 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, cfg OpConfig, th
 	}
 	if p.blk != nil { // a pooled block (opSetup)
 		if cfg.Blocking {
-			p.ref.Store(refStart)
+			p.w.ref.Store(refStart)
 		} else {
-			p.ref.Store(refUncounted)
+			p.w.ref.Store(refUncounted)
 		}
 	}
 	w := p.Work()

@@ -13,11 +13,16 @@ import (
 // communicator actor, the engine, the watchdog, a comm hook), completes
 // it. A Work completes exactly once. Safe for concurrent use.
 type Work struct {
-	op     OpType
-	state  atomic.Uint32 // workPending, workCompleting, workDone
+	state atomic.Uint32 // workPending, workCompleting, workDone (workFreed: see opblock.go)
+	// ref counts the holders of a blocking op's Promise (opblock.go):
+	// refUncounted for every other Promise, n ≥ 1 while held, refFreed
+	// once released to the pool. It lives in the Work, beside state, so
+	// that an async op's block stays within 512 bytes.
+	ref    atomic.Int32
+	source atomic.Int32  // sending rank of a Recv (AnySource resolves here)
+	op     OpType        // beside source: the two share 8 bytes
 	seq    atomic.Uint64 // published after fp (SetFingerprint)
 	fp     Fingerprint   // the op's identity, written once before seq
-	source atomic.Int64  // sending rank of a Recv (AnySource resolves here)
 	err    error         // written by the completing call before state becomes workDone
 	// done is the channel Done returns and a blocked Wait waits on,
 	// created only when one is needed before completion (most small ops
@@ -110,12 +115,8 @@ func now() int64 { return max(int64(time.Since(clockBase)), 1) }
 // ctx watch) pairs. Every other Promise is not counted: Retain and Release
 // do nothing on it, and it is never reused.
 type Promise struct {
-	w Work
-	// ref counts the holders of a Promise of a pooled block (a blocking
-	// op's, opblock.go): refUncounted for every other Promise, n ≥ 1
-	// while held, refFreed once released to the pool.
-	ref atomic.Int32
-	blk *opBlock // the pooled block p lives in; nil if p is never reused
+	w   Work         // its ref counts the holders of a blocking op's Promise
+	blk *pooledBlock // the pooled block p lives in; nil if p is never reused
 }
 
 // NewPromise returns a Promise for an incomplete Work of op. The
@@ -372,7 +373,7 @@ func (w *Work) OpType() OpType { return w.op }
 func (w *Work) Source() int { return int(w.source.Load()) }
 
 // SetSource records a Recv's sending rank; called by engines before Complete.
-func (p *Promise) SetSource(rank int) { p.w.source.Store(int64(rank)) }
+func (p *Promise) SetSource(rank int) { p.w.source.Store(int32(rank)) }
 
 // MarkStarted records the time the engine began the op; called by engines.
 // Only the first call has an effect.

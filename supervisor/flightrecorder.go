@@ -144,7 +144,7 @@ const slotCounts = 2
 type slot struct {
 	id      uint64
 	w       *comm.Work    // nil: a record without a Work (its state is in man), or ended
-	p       *comm.Promise // w's Promise if the slot holds it (Observer), else nil
+	p       *comm.Promise // w's Promise if the slot holds it (Observer, counted), else nil
 	man     *manualState  // the state of a record without a Work (SetState)
 	fp      comm.Fingerprint
 	timeout time.Duration
@@ -284,8 +284,8 @@ func (r *FlightRecorder) record(g *ring, op *comm.Op, w *comm.Work, p *comm.Prom
 	} else {
 		g.n++
 	}
-	if p != nil {
-		p.Retain()
+	if p != nil && !p.Retain() {
+		p = nil // not counted: nothing to release
 	}
 	g.slots[i] = slot{id: id, fp: op.FP, typ: op.Type, timeout: timeout, w: w, p: p}
 	g.folded[i] = false

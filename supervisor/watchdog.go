@@ -143,12 +143,13 @@ type Watchdog struct {
 // inMsg is one inbox entry: a TrackWork (ctl nil), or a control message
 // (RegisterGroup, DeregisterGroup, SetGroupTimeout). Tracks are kept by
 // value so that Track allocates nothing. A track holds its Promise
-// (Promise.Retain) from Track until the drain has handled its batch;
-// kept says that the drain passed that reference on to the group's
-// Works in flight instead (track).
+// (Promise.Retain; held: it is counted) from Track until the drain has
+// handled its batch; kept says that the drain passed that reference on to
+// the group's Works in flight instead (track).
 type inMsg struct {
 	track TrackWork
 	ctl   any
+	held  bool
 	kept  bool
 }
 
@@ -272,9 +273,9 @@ func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
 // no goroutine but once every drainBatch Works: the watchdog picks the
 // Work up at its next tick or drain (see Watchdog).
 func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, p *comm.Promise) {
-	p.Retain() // the inbox's reference, until the drain (see inMsg)
+	held := p.Retain() // the inbox's reference, until the drain (see inMsg)
 	wd.inMu.Lock()
-	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}})
+	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}, held: held})
 	n := len(wd.inbox)
 	wd.inMu.Unlock()
 	if (n == drainBatch || wd.aborted.Load()) && wd.pid != nil {
@@ -318,7 +319,7 @@ func (wd *Watchdog) drain() {
 			if m := &batch[i]; m.ctl != nil {
 				wd.handle(m.ctl)
 			} else {
-				m.kept = wd.track(&m.track, i)
+				m.kept = wd.track(&m.track, m.held, i)
 			}
 		}
 		wd.noteNewest(batch)
@@ -422,10 +423,9 @@ func (wd *Watchdog) handle(msg any) {
 	case SetGroupTimeout:
 		wd.apply(wd.core.Step(EvSetTimeout{Group: m.Group, Timeout: m.Timeout}))
 	case TrackWork: // sent as a message rather than through Track: a batch of one
-		m.Promise.Retain() // as Track does
-		batch := []inMsg{{track: m}}
+		batch := []inMsg{{track: m, held: m.Promise.Retain()}} // as Track does
 		wd.newBatch(1)
-		batch[0].kept = wd.track(&batch[0].track, 0)
+		batch[0].kept = wd.track(&batch[0].track, batch[0].held, 0)
 		wd.noteNewest(batch)
 		releaseBatch(batch)
 	}

@@ -131,6 +131,14 @@ type watched struct {
 	started bool
 	gone    bool // finished or dropped: removed at the group's next compaction
 	events  bool // admitted by the sampling: all its events are published
+	held    bool // p is counted: the entry holds a reference (Promise.Retain)
+}
+
+// release drops the entry's reference to its Promise, if it holds one.
+func (w *watched) release() {
+	if w.held {
+		w.p.Release()
+	}
 }
 
 // flight is one group's Works in flight, in tracking (id) order, and its
@@ -168,7 +176,7 @@ func (f *flight) compact() {
 		if !w.gone {
 			keep = append(keep, w)
 		} else {
-			w.p.Release()
+			w.release()
 		}
 	}
 	clear(f.ws[len(keep):])
@@ -177,22 +185,24 @@ func (f *flight) compact() {
 
 // drop releases every Work f holds, the group being forgotten.
 func (f *flight) drop() {
-	for _, w := range f.ws {
-		w.p.Release()
+	for i := range f.ws {
+		f.ws[i].release()
 	}
 	clear(f.ws)
 	f.ws = f.ws[:0]
 	if f.newest.id != 0 {
-		f.newest.p.Release()
+		f.newest.release()
 		f.newest = watched{}
 	}
 }
 
 // releaseBatch releases the Promises of an inbox batch's tracks that the
 // drain did not keep (inMsg), after noteNewest took its own references.
+// It touches no uncounted Promise (an async op's Work, long out of the
+// caches by now).
 func releaseBatch(batch []inMsg) {
 	for i := range batch {
-		if m := &batch[i]; m.ctl == nil && !m.kept {
+		if m := &batch[i]; m.held && !m.kept {
 			m.track.Promise.Release()
 		}
 	}
@@ -219,7 +229,7 @@ func (wd *Watchdog) flight(group string) *flight {
 // completed successfully takes the short path (see the top of this
 // file); any other goes under the core's deadline, and track reports
 // that it kept the inbox's reference to its Promise for that (inMsg).
-func (wd *Watchdog) track(m *TrackWork, i int) (kept bool) {
+func (wd *Watchdog) track(m *TrackWork, held bool, i int) (kept bool) {
 	wd.nextID++
 	id := wd.nextID
 	f := wd.flight(m.Group)
@@ -244,7 +254,7 @@ func (wd *Watchdog) track(m *TrackWork, i int) (kept bool) {
 		wd.finish(m.Group, &m.FP, w, admitted, t, nil)
 		return false
 	}
-	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: admitted})
+	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: admitted, held: held})
 	if admitted {
 		wd.emitWork(m.Group, &m.FP, w, actors.StateScheduled, w.Timings())
 	}
@@ -262,11 +272,11 @@ func (wd *Watchdog) noteNewest(batch []inMsg) {
 			continue // its group was deregistered within the batch
 		}
 		m := &batch[f.lastAt].track
-		m.Promise.Retain()
+		held := batch[f.lastAt].held && m.Promise.Retain()
 		if f.newest.id != 0 {
-			f.newest.p.Release()
+			f.newest.release()
 		}
-		f.newest = watched{id: f.lastID, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: f.lastAdmitted}
+		f.newest = watched{id: f.lastID, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: f.lastAdmitted, held: held}
 	}
 	clear(wd.touched)
 	wd.touched = wd.touched[:0]
@@ -360,7 +370,7 @@ func (wd *Watchdog) publishNewest(f *flight) {
 		return
 	}
 	f.newest = watched{}
-	defer nw.p.Release()
+	defer nw.release()
 	if nw.events || !wd.smp.on {
 		return
 	}
