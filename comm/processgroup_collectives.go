@@ -24,14 +24,14 @@ import "context"
 // its Promise unused). A blocking call's block comes from the pool
 // (opSetup) and goes back to it once nothing refers to it (opblock.go).
 func newOp(b *opBlock, t OpType, dt DType, red RedOpType, count int, root int) *Op {
+	fp := Fingerprint{Op: t, DType: dt, RedOp: red, Count: int64(count), Root: int32(root)}
 	if b == nil {
-		b = new(opBlock)
+		// Built in place by the allocation: no copy into the heap.
+		b = &opBlock{op: Op{FP: fp, Type: t, Root: root, Peer: -1}}
+	} else {
+		b.op = Op{FP: fp, Type: t, Root: root, Peer: -1}
 	}
-	b.op = Op{
-		FP:   Fingerprint{Op: t, DType: dt, RedOp: red, Count: int64(count), Root: int32(root)},
-		Type: t, Root: root, Peer: -1,
-		promise: &b.p,
-	}
+	b.op.promise = &b.p
 	return &b.op
 }
 
