@@ -20,7 +20,8 @@ import (
 //     unlinks the Work from its ctx watch after waking the waiter);
 //   - every runtime holder that keeps the Promise past the call that
 //     handed it over: the communicator's launch queue for an op that
-//     another Submit launches, the ctx watch while it hands a cancelled
+//     another Submit launches, the communicator's last submitted op (for
+//     Close's grace), the ctx watch while it hands a cancelled
 //     ctx's ops to its callback, the watchdog (its inbox, its in-flight
 //     list and each group's newest Work), the flight recorder's ring slot
 //     until it has copied the ended Work's state (docs/architecture.md,
@@ -44,15 +45,16 @@ type pooledBlock struct {
 	out [1]Buffer
 }
 
-// Promise.ref values besides a count of holders (≥ 1).
+// Work.ref values besides a count of holders (≥ 1).
 const (
 	refUncounted int32 = 0        // not counted: Retain and Release do nothing
 	refStart     int32 = 2        // a blocking op at submit: its caller and its completion
 	refFreed     int32 = -1 << 30 // released to the pool
 )
 
-// recycleOps turns the recycling of blocking ops' blocks on (tests turn it
-// off to show what it saves).
+// recycleOps turns the recycling of blocking ops' blocks on; false makes
+// every blocking op allocate its block, as an async op does (flip it to
+// see what recycling saves: TestBlockingPublicPathAllocs then fails).
 var recycleOps = true
 
 // blocks holds released op blocks for blocking calls to reuse.
@@ -92,7 +94,7 @@ func (b *opBlock) discard() {
 
 // release marks the block's Work freed, so that a use after release
 // panics until it is reused, and puts it back in the pool, through the
-// quarantine in test binaries. It writes two of the block's cache lines
+// quarantine in test binaries. It writes one of the block's cache lines
 // (the last holder, often the watchdog draining a batch, finds it cold);
 // getBlock and newOp clear the rest when the block is reused. Until then
 // the pooled block still refers to its last op's buffers (a recently

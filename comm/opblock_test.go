@@ -257,3 +257,34 @@ func TestOpBlockSize(t *testing.T) {
 		t.Errorf("pooledBlock is %d bytes, more than 576", n)
 	}
 }
+
+// BenchmarkSubmit times a 4-byte AllReduce through a ProcessGroup whose
+// launcher completes it at once (no engine, no observers): the op path's
+// own cost, async (one block allocated per op, garbage for the collector)
+// against blocking (a pooled block, its holders counted). The test
+// binary's quarantine of released blocks is off here, as in a program.
+func BenchmarkSubmit(b *testing.B) {
+	q := quarantine.on
+	quarantine.on = false
+	defer func() { quarantine.on = q }()
+	pg, err := NewProcessGroup(GroupConfig{Name: "g", Rank: 0, Size: 1, Engine: "cpu",
+		Launcher: fnLauncher{func(_ context.Context, op *Op, p *Promise) { p.Complete(nil) }}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	buf := HostBuffer(make([]float32, 1))
+	for _, c := range []struct {
+		name string
+		opts []OpOption
+	}{{"async", nil}, {"blocking", []OpOption{Blocking()}}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if err := pg.AllReduce(ctx, buf, Sum, c.opts...).Wait(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
