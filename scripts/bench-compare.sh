@@ -140,9 +140,12 @@ record() {
 # blocking_flag BINDIR: --blocking=$BLOCKING if BLOCKING is set and
 # BINDIR's allreduce-bench has the flag (older builds do not), else nothing.
 blocking_flag() {
-	if [ -n "$BLOCKING" ] && "$1/allreduce-bench" -h 2>&1 | grep -q -- '-blocking'; then
-		echo "--blocking=$BLOCKING"
-	fi
+	[ -n "$BLOCKING" ] || return 0
+	local usage
+	usage=$("$1/allreduce-bench" -h 2>&1 || true) # -h exits 2
+	case $usage in
+	*-blocking*) echo "--blocking=$BLOCKING" ;;
+	esac
 }
 
 # ranktree_with NAME BINDIR ROUND: allreduce-bench from BINDIR, every
