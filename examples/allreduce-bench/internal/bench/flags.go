@@ -41,6 +41,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	asJSON := fs.Bool("json", false, "print one JSON object per size instead of the table")
 	lateRank := fs.Int("late-rank", -1, "late-arrival mode: this rank launches every timed iteration --late-us late; reports the waiting ranks' CPU use and wake latency (see RunLate)")
 	lateUs := fs.Int("late-us", 5000, "with --late-rank: the delay in µs")
+	lateSkew := fs.String("late-skew", "fixed", "with --late-rank: fixed (--late-us every iteration) | alternate (--late-us and 0 in turn) | random (uniform 0..--late-us)")
 	placeEvery := fs.Int("placement-every", 64, "sample each rank's CPU after every Nth timed iteration (a getcpu system call between two ops delays the next launch)")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
@@ -90,6 +91,9 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 			return Options{}, fmt.Errorf("--late-us %d must be positive", *lateUs)
 		}
 		o.Late = &Late{Rank: *lateRank, Delay: time.Duration(*lateUs) * time.Microsecond}
+		if o.Late.Skew, err = ParseLateSkew(*lateSkew); err != nil {
+			return Options{}, fmt.Errorf("--late-skew: %w", err)
+		}
 	}
 	return o, nil
 }

@@ -1,0 +1,144 @@
+package transport
+
+import (
+	"time"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// The forecast of a wait (docs/algorithms.md, "Waiting", predictive
+// waits). In training the ranks skew in a pattern that repeats every
+// step: the same rank, late by about the same time, at the same op. A
+// waiter asleep when its peer arrives wakes 25-70 µs later on the
+// development VM (a KVM guest), however it sleeps; only a waiter that is
+// already spinning wakes at once. So a group remembers how long the
+// recent waits of each op and wait position lasted, and when they agree
+// on a long wait, the next one sleeps until shortly before the predicted
+// arrival (a precise timer, the doorbell still armed) and spins through a
+// window around it that is at most a tenth of the wait. Waits that do not
+// repeat (random skew, a pattern that changed) are not forecast and follow
+// the plain policy of pace.next.
+//
+// A forecast is state of the progress goroutine (no locking), a pure
+// function of what was recorded: tests feed it durations.
+const (
+	// forecastSlots is how many (op, wait position) keys a group
+	// remembers at once (direct-mapped: two keys that collide take turns).
+	forecastSlots = 64
+	// forecastLen is how many recent waits of a key are kept; a key is
+	// forecast once it has that many and they agree.
+	forecastLen = 4
+	// forecastWaits is how many of an op's waits (the first ones, where
+	// a late peer shows) are forecast and recorded; later ones are not.
+	forecastWaits = 4
+	// minForecast: waits shorter than this are not forecast (the plain
+	// policy's spin and first slice serve them).
+	minForecast = time.Millisecond
+	// windowShare: the spin window is at most 1/windowShare of the
+	// predicted wait, so that a forecast wait burns at most about 10 % of
+	// a core; maxWindow caps it for long waits.
+	windowShare = 10
+	maxWindow   = time.Millisecond
+	// defaultLead is how long before the predicted arrival a nap ends
+	// before any nap measured the timer's lateness; leadGuard is added to
+	// the largest recent lateness once one did.
+	defaultLead = 150 * time.Microsecond
+	leadGuard   = 20 * time.Microsecond
+)
+
+// waitHist is the recent waits of one key.
+type waitHist struct {
+	key uint64
+	n   uint8 // waits held, at most forecastLen
+	i   uint8 // the next to overwrite
+	d   [forecastLen]time.Duration
+}
+
+// forecast is one group's record of its recent waits and of how late its
+// naps' timers fired.
+type forecast struct {
+	h [forecastSlots]waitHist
+	// late is the lateness of the last naps that ran to their timer;
+	// ln of them are valid, li is the next to overwrite.
+	late   [forecastLen]time.Duration
+	ln, li uint8
+}
+
+// opKey identifies an op by what repeats from step to step (not its
+// seq): the collective, element type, reduction, count and root.
+func opKey(fp *comm.Fingerprint) uint64 {
+	k := uint64(fp.Op) | uint64(fp.DType)<<8 | uint64(fp.RedOp)<<16 | uint64(uint32(fp.Root))<<24
+	return mix64(k ^ mix64(uint64(fp.Count)))
+}
+
+// waitKey is the key of the n-th wait (from 0) of the op with key op;
+// never 0 (which means "no key").
+func waitKey(op uint64, n int) uint64 { return mix64(op+uint64(n)*0x9e3779b97f4a7c15) | 1 }
+
+// mix64 is a 64-bit finalizer (splitmix64's).
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// record adds a wait of key that lasted d.
+func (f *forecast) record(key uint64, d time.Duration) {
+	e := &f.h[key%forecastSlots]
+	if e.key != key {
+		*e = waitHist{key: key}
+	}
+	e.d[e.i] = d
+	e.i = (e.i + 1) % forecastLen
+	e.n = min(e.n+1, forecastLen)
+}
+
+// noteLate records that a nap's timer fired d after its deadline.
+func (f *forecast) noteLate(d time.Duration) {
+	f.late[f.li] = d
+	f.li = (f.li + 1) % forecastLen
+	f.ln = min(f.ln+1, forecastLen)
+}
+
+// lead is how long before the predicted arrival a nap should end so that
+// its timer fires before it: the largest recent lateness plus leadGuard.
+func (f *forecast) lead() time.Duration {
+	if f.ln == 0 {
+		return defaultLead
+	}
+	var m time.Duration
+	for _, d := range f.late[:f.ln] {
+		m = max(m, d)
+	}
+	return m + leadGuard
+}
+
+// plan is the forecast for a wait of key, as offsets from its start: nap
+// (doorbell armed) until napTo, then spin until spinTo, then follow the
+// plain policy. Zeros: no forecast. A key is forecast when its last
+// forecastLen waits all lasted at least minForecast and agree: they
+// spread over at most half the window. The prediction is the shortest of
+// them (a peer seldom comes earlier than its earliest recent arrival);
+// the window, a tenth of it (at most maxWindow), starts lead() before it
+// (at most half the window) and ends after it.
+func (f *forecast) plan(key uint64) (napTo, spinTo time.Duration) {
+	e := &f.h[key%forecastSlots]
+	if key == 0 || e.key != key || e.n < forecastLen {
+		return 0, 0
+	}
+	lo, hi := e.d[0], e.d[0]
+	for _, d := range e.d[1:] {
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if lo < minForecast {
+		return 0, 0
+	}
+	w := min(lo/windowShare, maxWindow)
+	if hi-lo > w/2 {
+		return 0, 0 // the waits do not repeat
+	}
+	lead := min(f.lead(), w/2)
+	return lo - lead, lo - lead + w
+}
