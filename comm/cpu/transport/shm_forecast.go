@@ -26,8 +26,10 @@ const (
 	// remembers at once (direct-mapped: two keys that collide take turns).
 	forecastSlots = 64
 	// forecastLen is how many recent waits of a key are kept; a key is
-	// forecast once it has that many and they agree.
-	forecastLen = 4
+	// forecast when forecastQuorum of them agree (a wait the peer made
+	// longer or shorter now and then does not stop the forecast).
+	forecastLen    = 8
+	forecastQuorum = 5
 	// forecastWaits is how many of an op's waits (the first ones, where
 	// a late peer shows) are forecast and recorded; later ones are not.
 	forecastWaits = 4
@@ -44,6 +46,8 @@ const (
 	// the largest recent lateness once one did.
 	defaultLead = 150 * time.Microsecond
 	leadGuard   = 20 * time.Microsecond
+	// lateLen is how many naps' lateness lead looks at.
+	lateLen = 4
 )
 
 // waitHist is the recent waits of one key.
@@ -60,7 +64,7 @@ type forecast struct {
 	h [forecastSlots]waitHist
 	// late is the lateness of the last naps that ran to their timer;
 	// ln of them are valid, li is the next to overwrite.
-	late   [forecastLen]time.Duration
+	late   [lateLen]time.Duration
 	ln, li uint8
 }
 
@@ -98,8 +102,8 @@ func (f *forecast) record(key uint64, d time.Duration) {
 // noteLate records that a nap's timer fired d after its deadline.
 func (f *forecast) noteLate(d time.Duration) {
 	f.late[f.li] = d
-	f.li = (f.li + 1) % forecastLen
-	f.ln = min(f.ln+1, forecastLen)
+	f.li = (f.li + 1) % lateLen
+	f.ln = min(f.ln+1, lateLen)
 }
 
 // lead is how long before the predicted arrival a nap should end so that
@@ -117,28 +121,49 @@ func (f *forecast) lead() time.Duration {
 
 // plan is the forecast for a wait of key, as offsets from its start: nap
 // (doorbell armed) until napTo, then spin until spinTo, then follow the
-// plain policy. Zeros: no forecast. A key is forecast when its last
-// forecastLen waits all lasted at least minForecast and agree: they
-// spread over at most half the window. The prediction is the shortest of
-// them (a peer seldom comes earlier than its earliest recent arrival);
-// the window, a tenth of it (at most maxWindow), starts lead() before it
-// (at most half the window) and ends after it.
+// plain policy. Zeros: no forecast. A key is forecast when, of its last
+// forecastLen waits, forecastQuorum lasted at least minForecast and
+// agree: they lie within half a window of the shortest of them, the
+// prediction (a peer seldom comes earlier than the early end of its
+// recent arrivals). The window is a tenth of the prediction (at most
+// maxWindow); it starts lead() before the prediction (at most half the
+// window) and ends after it. Waits that do not repeat (random skew, a
+// pattern that alternates) have no quorum.
 func (f *forecast) plan(key uint64) (napTo, spinTo time.Duration) {
 	e := &f.h[key%forecastSlots]
-	if key == 0 || e.key != key || e.n < forecastLen {
+	if key == 0 || e.key != key || e.n < forecastQuorum {
 		return 0, 0
 	}
-	lo, hi := e.d[0], e.d[0]
-	for _, d := range e.d[1:] {
-		lo, hi = min(lo, d), max(hi, d)
+	var d [forecastLen]time.Duration
+	n := 0
+	for _, x := range e.d[:e.n] {
+		if x >= minForecast {
+			d[n] = x
+			n++
+		}
 	}
-	if lo < minForecast {
-		return 0, 0
+	if n < forecastQuorum {
+		return 0, 0 // the common case of short waits: no sort
 	}
-	w := min(lo/windowShare, maxWindow)
-	if hi-lo > w/2 {
-		return 0, 0 // the waits do not repeat
+	sortDurations(d[:n])
+	for i := 0; i+forecastQuorum <= n; i++ {
+		p := d[i]
+		w := min(p/windowShare, maxWindow)
+		if d[i+forecastQuorum-1]-p > w/2 {
+			continue // too few alike from here
+		}
+		lead := min(f.lead(), w/2)
+		return p - lead, p - lead + w
 	}
-	lead := min(f.lead(), w/2)
-	return lo - lead, lo - lead + w
+	return 0, 0
+}
+
+// sortDurations sorts d in place (insertion sort: forecastLen elements,
+// no allocation).
+func sortDurations(d []time.Duration) {
+	for i := 1; i < len(d); i++ {
+		for j := i; j > 0 && d[j] < d[j-1]; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
 }

@@ -207,12 +207,12 @@ func TestPaceNext(t *testing.T) {
 	p = pace{}
 	run("sleep at once", &p, 0, 0, []want{{0, stepArm, 0}, {0, stepSleep, ms}})
 
-	// A forecast wait: the last 4 waits of its key lasted 5-5.2 ms, so
+	// A forecast wait: the last 5 waits of its key lasted 5-5.2 ms, so
 	// it naps until 150 µs (defaultLead) before 5 ms, in naps of at most
 	// 8 ms, re-armed after a nap the doorbell ended early, spins through
 	// a window of 500 µs (a tenth of 5 ms), then sleeps slices.
 	var fc forecast
-	for _, d := range []int{5100, 5000, 5200, 5050} {
+	for _, d := range []int{5100, 5000, 5200, 5050, 5150} {
 		fc.record(7, time.Duration(d)*time.Microsecond)
 	}
 	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
@@ -227,7 +227,7 @@ func TestPaceNext(t *testing.T) {
 	}
 	// The flag raised just before the nap's end: the window spins (pause
 	// lowers the flag), it does not sleep a slice.
-	for range 4 {
+	for range forecastQuorum {
 		fc.record(7, 5*ms)
 	}
 	p = pace{key: 7, fc: &fc}
@@ -259,36 +259,40 @@ func TestForecastPlan(t *testing.T) {
 		}
 		return &f
 	}
+	five := func(d time.Duration) []time.Duration { return []time.Duration{d, d, d, d, d} }
 	for _, c := range []struct {
 		name          string
 		f             *forecast
 		key           uint64
 		napTo, spinTo time.Duration
 	}{
-		{"three waits", feed(3, 5*ms, 5*ms, 5*ms), 3, 0, 0},
-		{"four alike", feed(3, 5*ms, 5*ms, 5*ms, 5*ms), 3, us(4850), us(5350)},
-		{"another key", feed(3, 5*ms, 5*ms, 5*ms, 5*ms), 4, 0, 0},
-		{"the oldest forgotten", feed(3, 0, 5*ms, 5*ms, 5*ms, 5*ms), 3, us(4850), us(5350)},
-		{"spread over half the window", feed(3, 5*ms, us(5251), 5*ms, 5*ms), 3, 0, 0},
-		{"spread within half the window", feed(3, 5*ms, us(5250), 5*ms, 5*ms), 3, us(4850), us(5350)},
-		{"alternating", feed(3, 0, 5*ms, 0, 5*ms), 3, 0, 0},
-		{"short", feed(3, us(900), us(900), us(900), us(900)), 3, 0, 0},
-		{"2 ms: lead at most half the window", feed(3, 2*ms, 2*ms, 2*ms, 2*ms), 3, us(1900), us(2100)},
-		{"20 ms: window at most 1 ms", feed(3, 20*ms, 20*ms, 20*ms, 20*ms), 3, us(19850), us(20850)},
+		{"four waits", feed(3, 5*ms, 5*ms, 5*ms, 5*ms), 3, 0, 0},
+		{"five alike", feed(3, five(5*ms)...), 3, us(4850), us(5350)},
+		{"another key", feed(3, five(5*ms)...), 4, 0, 0},
+		{"outliers ignored", feed(3, 5*ms, 3*ms, 5*ms, 9*ms, 5*ms, 0, 5*ms, 5*ms), 3, us(4850), us(5350)},
+		{"four of eight alike", feed(3, 0, 5*ms, 5*ms, 5*ms, 5*ms, 7*ms, 8*ms, 9*ms), 3, 0, 0},
+		{"the oldest forgotten", feed(3, 0, 5*ms, 5*ms, 5*ms, 5*ms, 7*ms, 8*ms, 9*ms, 5*ms), 3, us(4850), us(5350)},
+		{"spread over half the window", feed(3, 5*ms, us(5251), 5*ms, 5*ms, 5*ms), 3, 0, 0},
+		{"spread within half the window", feed(3, 5*ms, us(5250), 5*ms, 5*ms, 5*ms), 3, us(4850), us(5350)},
+		{"alternating", feed(3, 0, 5*ms, 0, 5*ms, 0, 5*ms, 0, 5*ms), 3, 0, 0},
+		{"random", feed(3, us(3100), us(600), us(4400), us(1900), us(2500), us(4900), us(1200), us(3700)), 3, 0, 0},
+		{"short", feed(3, five(us(900))...), 3, 0, 0},
+		{"2 ms: lead at most half the window", feed(3, five(2*ms)...), 3, us(1900), us(2100)},
+		{"20 ms: window at most 1 ms", feed(3, five(20*ms)...), 3, us(19850), us(20850)},
 	} {
 		if n, s := c.f.plan(c.key); n != c.napTo || s != c.spinTo {
 			t.Errorf("%s: plan = %v, %v; want %v, %v", c.name, n, s, c.napTo, c.spinTo)
 		}
 	}
 	// A key that collides takes the slot over with a fresh history.
-	f := feed(3, 5*ms, 5*ms, 5*ms, 5*ms)
+	f := feed(3, five(5*ms)...)
 	f.record(3+forecastSlots, 5*ms)
 	if n, _ := f.plan(3); n != 0 {
 		t.Errorf("a collision kept key 3's history")
 	}
 	// The lead follows the timer's lateness: the largest of the last
 	// four plus leadGuard.
-	f = feed(3, 5*ms, 5*ms, 5*ms, 5*ms)
+	f = feed(3, five(5*ms)...)
 	for _, d := range []int{300, 40, 90, 60, 30} { // 300 is forgotten
 		f.noteLate(us(d))
 	}
