@@ -277,7 +277,7 @@ func (g *ShmGroup) wakePeers() {
 // VM, so only a rank that spins when its peer arrives wakes at once. When
 // the recent waits of the same op and wait position lasted alike and long
 // (a rank late by the same time every step, shm_forecast.go), a wait that
-// may spin instead naps until shortly before the predicted arrival (a
+// may spin, of an op under forecastMaxBytes, instead naps until shortly before the predicted arrival (a
 // precise timer, with the doorbell armed, so an early peer still wakes
 // it), spins through a window of at most a tenth of the wait around the
 // arrival, and follows the policy above if the peer has not come by its
@@ -387,9 +387,13 @@ func (g *ShmGroup) startWait(p *pace) {
 	g.waits++
 }
 
-// beginOp starts the waits of the op fp (Mesh.Begin).
+// beginOp starts the waits of the op fp (Mesh.Begin). The waits of ops
+// of forecastMaxBytes or more are not forecast (g.waits at its limit).
 func (g *ShmGroup) beginOp(fp *comm.Fingerprint) {
 	g.op, g.waits = opKey(fp), 0
+	if fp.Count*int64(max(fp.DType.Size(), 1)) >= forecastMaxBytes {
+		g.waits = forecastWaits
+	}
 }
 
 // pause waits a little for a condition the caller re-checks after each

@@ -302,8 +302,8 @@ func TestForecastPlan(t *testing.T) {
 }
 
 // TestStartWait: the first forecastWaits waits of an op get their own
-// keys, later ones and flowing or oversubscribed waits none; Begin starts
-// the count afresh.
+// keys, later ones, those of ops of forecastMaxBytes or more and flowing
+// or oversubscribed waits none; Begin starts the count afresh.
 func TestStartWait(t *testing.T) {
 	g := &ShmGroup{Spin: SpinFor}
 	fp := comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 4}
@@ -332,6 +332,19 @@ func TestStartWait(t *testing.T) {
 	g.startWait(&p)
 	if seen[p.key] {
 		t.Fatal("another count got a key seen before")
+	}
+	fp.Count = forecastMaxBytes / 4
+	fp.DType = comm.Float32
+	g.beginOp(&fp)
+	g.startWait(&p)
+	if p.key != 0 {
+		t.Fatalf("an op of forecastMaxBytes got key %d", p.key)
+	}
+	fp.Count--
+	g.beginOp(&fp)
+	g.startWait(&p)
+	if p.key == 0 {
+		t.Fatal("an op just under forecastMaxBytes got no key")
 	}
 	p = pace{flowing: true}
 	g.startWait(&p)
