@@ -277,11 +277,12 @@ func (g *ShmGroup) wakePeers() {
 // VM, so only a rank that spins when its peer arrives wakes at once. When
 // the recent waits of the same op and wait position lasted alike and long
 // (a rank late by the same time every step, shm_forecast.go), a wait that
-// may spin, of an op under forecastMaxBytes, instead naps until shortly before the predicted arrival (a
+// may spin, of an op under forecastMaxBytes, spins as above, then, instead
+// of the slices, naps until shortly before the predicted arrival (a
 // precise timer, with the doorbell armed, so an early peer still wakes
 // it), spins through a window of at most a tenth of the wait around the
 // arrival, and follows the policy above if the peer has not come by its
-// end.
+// end. A forecast that misses thus costs at most that window.
 const (
 	SpinFor     = 50 * time.Microsecond
 	spinFlowing = 300 * time.Microsecond
@@ -332,7 +333,9 @@ const (
 
 // next is the wait policy as a function of the wait's state and the time
 // now. A forecast wait (p.key set, spin > 0, not flowing, and fc's plan
-// for the key) arms and naps until the plan's napTo (in naps of at most
+// for the key) spins as any other while it is younger than spin (so a
+// peer that comes at once, against the forecast, is met as without one),
+// then arms and naps until the plan's napTo (in naps of at most
 // maxSlice), then spins until its spinTo. Otherwise, and after that: spin
 // while the wait is younger than spin (> 0), else yield while it is
 // younger than yield, then arm, then sleep slices that grow from
@@ -350,7 +353,7 @@ func (p *pace) next(now time.Time, spin, yield time.Duration) (step, time.Durati
 	age := now.Sub(p.start)
 	if age < p.spinTo { // a forecast wait's nap and window
 		switch {
-		case age >= p.napTo:
+		case age < spin || age >= p.napTo:
 			return stepSpin, 0
 		case p.armed == nil:
 			return stepArm, 0

@@ -208,9 +208,10 @@ func TestPaceNext(t *testing.T) {
 	run("sleep at once", &p, 0, 0, []want{{0, stepArm, 0}, {0, stepSleep, ms}})
 
 	// A forecast wait: the last 5 waits of its key lasted 5-5.2 ms, so
-	// it naps until 150 µs (defaultLead) before 5 ms, in naps of at most
-	// 8 ms, re-armed after a nap the doorbell ended early, spins through
-	// a window of 500 µs (a tenth of 5 ms), then sleeps slices.
+	// it spins 50 µs as any wait, then naps until 150 µs (defaultLead)
+	// before 5 ms, in naps of at most 8 ms, re-armed after a nap the
+	// doorbell ended early, spins through a window of 500 µs (a tenth of
+	// 5 ms), then sleeps slices.
 	var fc forecast
 	for _, d := range []int{5100, 5000, 5200, 5050, 5150} {
 		fc.record(7, time.Duration(d)*time.Microsecond)
@@ -218,7 +219,7 @@ func TestPaceNext(t *testing.T) {
 	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
 	p = pace{key: 7, fc: &fc}
 	run("forecast", &p, SpinFor, 0, []want{
-		{0, stepArm, 0}, {0, stepNap, us(4850)}, {2000, stepArm, 0}, {2000, stepNap, us(2850)},
+		{0, stepSpin, 0}, {49, stepSpin, 0}, {50, stepArm, 0}, {50, stepNap, us(4800)}, {2000, stepArm, 0}, {2000, stepNap, us(2850)},
 		{4850, stepSpin, 0}, {5349, stepSpin, 0}, {5350, stepArm, 0}, {5351, stepSleep, ms}, {6400, stepArm, 0}, {6400, stepSleep, 2 * ms},
 	})
 	p.settleAt(at(9000))
@@ -231,7 +232,7 @@ func TestPaceNext(t *testing.T) {
 		fc.record(7, 5*ms)
 	}
 	p = pace{key: 7, fc: &fc}
-	run("forecast, armed at the window", &p, SpinFor, 0, []want{{0, stepArm, 0}, {4851, stepSpin, 0}})
+	run("forecast, armed at the window", &p, SpinFor, 0, []want{{0, stepSpin, 0}, {50, stepArm, 0}, {4851, stepSpin, 0}})
 	// Oversubscribed (no spin) or flowing: no forecast.
 	p = pace{key: 7, fc: &fc}
 	run("forecast, oversubscribed", &p, 0, SpinFor, []want{{0, stepYield, 0}, {50, stepArm, 0}, {51, stepSleep, ms}})
@@ -243,8 +244,8 @@ func TestPaceNext(t *testing.T) {
 		fc.record(9, 20*ms)
 	}
 	p = pace{key: 9, fc: &fc}
-	run("forecast, 20 ms", &p, SpinFor, 0, []want{{0, stepArm, 0}, {0, stepNap, 8 * ms}, {8000, stepArm, 0}, {8000, stepNap, 8 * ms},
-		{16000, stepArm, 0}, {16000, stepNap, us(3850)}, {19850, stepSpin, 0}, {20849, stepSpin, 0}, {20850, stepArm, 0}})
+	run("forecast, 20 ms", &p, SpinFor, 0, []want{{0, stepSpin, 0}, {50, stepArm, 0}, {50, stepNap, 8 * ms}, {8050, stepArm, 0}, {8050, stepNap, 8 * ms},
+		{16050, stepArm, 0}, {16050, stepNap, us(3800)}, {19850, stepSpin, 0}, {20849, stepSpin, 0}, {20850, stepArm, 0}})
 }
 
 // TestForecastPlan: which waits are forecast, and the plan's nap and
