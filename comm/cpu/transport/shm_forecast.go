@@ -51,11 +51,11 @@ const (
 	maxWindow   = time.Millisecond
 	// defaultLead is how long before the predicted arrival a nap ends
 	// before any nap measured the timer's lateness; leadGuard is added to
-	// the largest recent lateness once one did.
+	// the median recent lateness once one did.
 	defaultLead = 150 * time.Microsecond
 	leadGuard   = 20 * time.Microsecond
 	// lateLen is how many naps' lateness lead looks at.
-	lateLen = 4
+	lateLen = 8
 )
 
 // waitHist is the recent waits of one key.
@@ -115,16 +115,19 @@ func (f *forecast) noteLate(d time.Duration) {
 }
 
 // lead is how long before the predicted arrival a nap should end so that
-// its timer fires before it: the largest recent lateness plus leadGuard.
+// its timer fires before it, most of the time: the median of the recent
+// naps' lateness plus leadGuard. (Their largest, about the 80th
+// percentile, met the arrival as often in the median, for about 1 % of a
+// core more at 5 ms: the prediction, the earliest of its agreeing waits,
+// already leaves most arrivals some time after the window opens.)
 func (f *forecast) lead() time.Duration {
 	if f.ln == 0 {
 		return defaultLead
 	}
-	var m time.Duration
-	for _, d := range f.late[:f.ln] {
-		m = max(m, d)
-	}
-	return m + leadGuard
+	var d [lateLen]time.Duration
+	n := copy(d[:], f.late[:f.ln])
+	sortDurations(d[:n])
+	return d[n/2] + leadGuard
 }
 
 // plan is the forecast for a wait of key, as offsets from its start: nap

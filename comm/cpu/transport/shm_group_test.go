@@ -291,14 +291,21 @@ func TestForecastPlan(t *testing.T) {
 	if n, _ := f.plan(3); n != 0 {
 		t.Errorf("a collision kept key 3's history")
 	}
-	// The lead follows the timer's lateness: the largest of the last
-	// four plus leadGuard.
+	// The lead follows the timer's lateness: the median of the last
+	// eight plus leadGuard.
 	f = feed(3, five(5*ms)...)
-	for _, d := range []int{300, 40, 90, 60, 30} { // 300 is forgotten
+	for _, d := range []int{900, 40, 90, 60, 30, 70, 50, 80, 120} { // 900 is forgotten
 		f.noteLate(us(d))
 	}
-	if n, s := f.plan(3); n != us(5000-110) || s != us(5000-110+500) {
-		t.Errorf("plan with lateness up to 90 µs = %v, %v; want a lead of 110 µs", n, s)
+	if n, s := f.plan(3); n != us(5000-90) || s != us(5000-90+500) {
+		t.Errorf("plan with lateness 30..120 µs = %v, %v; want a lead of 90 µs (median 70 + 20)", n, s)
+	}
+	f.noteLate(time.Second) // a lead is at most half the window
+	f.noteLate(time.Second)
+	f.noteLate(time.Second)
+	f.noteLate(time.Second)
+	if n, _ := f.plan(3); n != us(5000-250) {
+		t.Errorf("plan with lateness up to 1 s naps to %v; want 4750 µs", n)
 	}
 }
 
