@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -38,16 +35,8 @@ func ringProcSum(n, i int) float32 { return float32(1000*n*(n+1)/2 + n*(i%997)) 
 // TestRingProcRank is the body of a rank process of
 // TestMultiProcessRingAllReduce; it does nothing in a normal test run.
 func TestRingProcRank(t *testing.T) {
-	spec := os.Getenv(envRingProc)
-	if spec == "" {
-		t.Skip("only runs as a rank process of TestMultiProcessRingAllReduce")
-	}
-	f := strings.Split(spec, ",")
-	mode, tr, dir := f[0], f[3], f[4]
-	rank, _ := strconv.Atoi(f[1])
-	size, _ := strconv.Atoi(f[2])
-	cfg := comm.BackendConfig{Group: "ringproc", Rank: rank, Size: size, Store: fileStore{dir}, Device: -1,
-		Timeout: 30 * time.Second, Log: zerolog.New(os.Stderr).With().Int("rank", rank).Logger()}
+	mode, tr, cfg := rankSpec(t, envRingProc, "ringproc", "TestMultiProcessRingAllReduce")
+	rank, size := cfg.Rank, cfg.Size
 	opts := Options{Transport: tr}
 	if mode == "smallring" {
 		opts.ShmRingBytes = 64 << 10

@@ -81,19 +81,29 @@ func (fileStore) Close() error                           { return nil }
 
 const envMP = "RANKTREE_CPU_MP" // "mode,rank,size,transport,dir" in a rank process
 
-// TestMultiProcRank is the body of a rank process; it does nothing in a
-// normal test run.
-func TestMultiProcRank(t *testing.T) {
-	spec := os.Getenv(envMP)
+// rankSpec is what a rank process of a multi-process test reads from its
+// environment variable env ("mode,rank,size,transport,dir"): the mode, the
+// transport and the engine config of group. It skips the test when env is
+// unset (a normal test run).
+func rankSpec(t *testing.T, env, group, parent string) (mode, tr string, cfg comm.BackendConfig) {
+	t.Helper()
+	spec := os.Getenv(env)
 	if spec == "" {
-		t.Skip("only runs as a rank process of TestMultiProcess")
+		t.Skip("only runs as a rank process of " + parent)
 	}
 	f := strings.Split(spec, ",")
 	mode, tr, dir := f[0], f[3], f[4]
 	rank, _ := strconv.Atoi(f[1])
 	size, _ := strconv.Atoi(f[2])
-	cfg := comm.BackendConfig{Group: "mp", Rank: rank, Size: size, Store: fileStore{dir}, Device: -1,
+	return mode, tr, comm.BackendConfig{Group: group, Rank: rank, Size: size, Store: fileStore{dir}, Device: -1,
 		Timeout: 30 * time.Second, Log: zerolog.New(os.Stderr).With().Int("rank", rank).Logger()}
+}
+
+// TestMultiProcRank is the body of a rank process; it does nothing in a
+// normal test run.
+func TestMultiProcRank(t *testing.T) {
+	mode, tr, cfg := rankSpec(t, envMP, "mp", "TestMultiProcess")
+	rank, size := cfg.Rank, cfg.Size
 	if mode == "crash" {
 		cfg.Faults = []comm.Fault{{Kind: comm.FaultCrash, Rank: 1, Seq: 2}}
 	}

@@ -35,6 +35,10 @@
 //     yield when oversubscribed, then sleep on the doorbell through the
 //     Go netpoller in slices of 1-8 ms; docs/algorithms.md, "Waiting"),
 //     and Mesh's Slots methods for the one-step algorithms.
+//     shm_forecast.go: the forecast of a wait from the recent waits of the
+//     same op and position, by which a wait that repeats naps on a
+//     precise timer until just before its peer is due and spins through
+//     the arrival.
 //   - inmem_mesh.go: InmemMesh, the ranks of a group connected in memory,
 //     each with a ready Mesh, for algorithm tests without an engine.
 //

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // A rank's doorbell is a FIFO beside the group segment (see the layout in
@@ -17,6 +19,15 @@ import (
 // GOMAXPROCS=1 as rankrunner sets it). A peer wakes it by writing one
 // byte; the write wakes the thread that waits in epoll for the process,
 // which runs the goroutine.
+//
+// A nap (a forecast wait, shm_group.go) must end at a precise time, which
+// a read deadline does not give: the Go netpoller sleeps in whole
+// milliseconds, so a deadline fires 0.3-0.4 ms late on the development
+// VM. A nap reads, through the netpoller, an epoll set of the rank's own
+// doorbell and a timerfd (CLOCK_MONOTONIC) armed for its end, so that
+// either the doorbell or the timer wakes it (25-170 µs late, the VM's
+// wake-up, against 80-200 µs for FUTEX_WAIT with a timeout, which also
+// adds the default 50 µs timer slack).
 
 // bellPath is the FIFO of rank r's doorbell beside the group segment seg.
 func bellPath(seg string, r int) string { return fmt.Sprintf("%s-bell%d", seg, r) }
@@ -45,14 +56,23 @@ type bells struct {
 	rc    syscall.RawConn       // own's
 	drain func(fd uintptr) bool // drainFD, bound once (no allocation per sleep)
 	fds   []int                 // every rank's FIFO (this rank's too), written by ring
+	me    int                   // this rank (fds[me] is its own FIFO)
 	buf   [64]byte              // what drain reads
+	// The nap's epoll set (own FIFO and tmr), read through the
+	// netpoller; woke is napWoke, bound once.
+	ep   *os.File
+	eprc syscall.RawConn
+	tmr  int // timerfd, -1 until opened
+	woke func(fd uintptr) bool
+	its  unix.ItimerSpec
+	evs  [2]unix.EpollEvent
 }
 
 // openBells opens the doorbells of n ranks beside seg as rank sees them.
 // Every end is opened O_RDWR and non-blocking: on Linux that never waits
 // for the other end, and a write never fails for want of a reader.
 func openBells(seg string, n, rank int) (*bells, error) {
-	b := &bells{fds: make([]int, n)}
+	b := &bells{fds: make([]int, n), me: rank, tmr: -1}
 	for r := range b.fds {
 		b.fds[r] = -1
 	}
@@ -81,7 +101,78 @@ func openBells(seg string, n, rank int) (*bells, error) {
 		return nil, fmt.Errorf("doorbell: %w", err)
 	}
 	b.drain = b.drainFD
+	if err := b.openNap(); err != nil {
+		b.close()
+		return nil, fmt.Errorf("doorbell: %w", err)
+	}
 	return b, nil
+}
+
+// openNap makes the nap's timerfd and epoll set (see nap).
+func (b *bells) openNap() error {
+	tmr, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("timerfd: %w", err)
+	}
+	b.tmr = tmr
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("epoll: %w", err)
+	}
+	for _, fd := range []int{b.fds[b.me], tmr} {
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			_ = unix.Close(ep)
+			return fmt.Errorf("epoll: %w", err)
+		}
+	}
+	// Non-blocking, so that os.NewFile hands it to the netpoller (an
+	// epoll set is readable while one of its fds is).
+	if err := unix.SetNonblock(ep, true); err != nil {
+		_ = unix.Close(ep)
+		return fmt.Errorf("epoll: %w", err)
+	}
+	b.ep = os.NewFile(uintptr(ep), "doorbell-nap")
+	if b.eprc, err = b.ep.SyscallConn(); err != nil {
+		return err
+	}
+	b.woke = b.napWoke
+	return nil
+}
+
+// napWoke reports whether the doorbell rang or the nap's timer fired
+// (false: wait), and drains both. Raw system calls, as drainFD.
+func (b *bells) napWoke(fd uintptr) bool {
+	for {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&b.evs[0])), uintptr(len(b.evs)), 0, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 || n == 0 {
+			return false
+		}
+		b.drainFD(uintptr(b.fds[b.me]))
+		b.drainFD(uintptr(b.tmr))
+		return true
+	}
+}
+
+// nap parks the calling goroutine until a byte arrives at this rank's
+// doorbell or d (> 0) has passed, by a precise timer, and drains what
+// arrived. Whatever happened, the caller re-checks its condition.
+func (b *bells) nap(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	b.setTimer(d)
+	_ = b.eprc.Read(b.woke)
+	b.setTimer(0) // disarm, so that a nap the doorbell ended leaves no expiry behind
+	b.drainFD(uintptr(b.tmr))
+}
+
+// setTimer arms the nap's timer to fire d from now (0: disarm).
+func (b *bells) setTimer(d time.Duration) {
+	b.its.Value = unix.NsecToTimespec(int64(d))
+	_, _, _ = syscall.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(b.tmr), 0, uintptr(unsafe.Pointer(&b.its)), 0, 0, 0)
 }
 
 // drainFD reads what arrived at the doorbell fd; false: nothing (EAGAIN),
@@ -109,6 +200,12 @@ func (b *bells) close() {
 	}
 	if b.own != nil {
 		_ = b.own.Close()
+	}
+	if b.ep != nil {
+		_ = b.ep.Close()
+	}
+	if b.tmr >= 0 {
+		_ = syscall.Close(b.tmr)
 	}
 	for _, fd := range b.fds {
 		if fd >= 0 {

@@ -107,8 +107,14 @@ func (m *Mesh) Rank() int { return m.rank }
 // Size is the group size.
 func (m *Mesh) Size() int { return m.size }
 
-// Begin sets the op whose messages Send and Recv exchange.
-func (m *Mesh) Begin(o OpCtx) { m.Cur = o }
+// Begin sets the op whose messages Send and Recv exchange (and whose
+// waits the group segment's forecast keys, shm_forecast.go).
+func (m *Mesh) Begin(o OpCtx) {
+	m.Cur = o
+	if m.Grp != nil {
+		m.Grp.beginOp(&o.FP)
+	}
+}
 
 func (m *Mesh) transportErr(peer int, err error) error {
 	if errors.Is(err, ErrStopped) {

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ranktree/ranktree/comm"
 )
 
 // The group segment: one shared-memory file per group of 2..maxFlatRanks
@@ -86,6 +88,12 @@ type ShmGroup struct {
 	bells *bells
 	// k is the number of flat ops this rank has published.
 	K uint64
+	// fc is the forecast of this rank's waits (shm_forecast.go); op is
+	// the key of the current op (Mesh.Begin) and waits how many of its
+	// waits started (pace.key). Progress goroutine only.
+	fc    forecast
+	op    uint64
+	waits int
 	// release gives Go memory back to its InmemHub (inmem transport).
 	Release func()
 
@@ -264,6 +272,17 @@ func (g *ShmGroup) wakePeers() {
 // moving data (the next ring slot of a large message), not late: such a
 // wait spins, or yields when oversubscribed, for up to spinFlowing before
 // it sleeps, so that a transfer in flight does not pay a wake-up per slot.
+//
+// A sleeper wakes 25-70 µs after its doorbell rings on the development
+// VM, so only a rank that spins when its peer arrives wakes at once. When
+// the recent waits of the same op and wait position lasted alike and long
+// (a rank late by the same time every step, shm_forecast.go), a wait that
+// may spin, of an op under forecastMaxBytes, spins as above, then, instead
+// of the slices, naps until shortly before the predicted arrival (a
+// precise timer, with the doorbell armed, so an early peer still wakes
+// it), spins through a window of at most a tenth of the wait around the
+// arrival, and follows the policy above if the peer has not come by its
+// end. A forecast that misses thus costs at most that window.
 const (
 	SpinFor     = 50 * time.Microsecond
 	spinFlowing = 300 * time.Microsecond
@@ -292,34 +311,60 @@ type pace struct {
 	// message in flight) is short and may last up to spinFlowing before
 	// the rank sleeps.
 	flowing bool
+	// key is the wait's key in the forecast fc (0 and nil: the wait is
+	// neither forecast nor recorded); set by ShmGroup.startWait.
+	key uint64
+	fc  *forecast
+	// napTo and spinTo are the forecast's plan for this wait, as ages
+	// (forecast.plan; zeros: none).
+	napTo, spinTo time.Duration
 }
 
 // step is what a wait does next (pace.next).
 type step uint8
 
 const (
-	stepSpin  step = iota // re-check, letting this process's goroutines run in between
+	stepSpin  step = iota // re-check, letting this process's goroutines run in between (lowering the sleeping flag if up)
 	stepYield             // give the CPU to other threads (sched_yield), then re-check
 	stepArm               // raise the sleeping flag, then re-check once more
 	stepSleep             // sleep on the doorbell for at most the returned time
+	stepNap               // sleep on the doorbell for at most the returned time, woken by a precise timer
 )
 
 // next is the wait policy as a function of the wait's state and the time
-// now: spin while the wait is younger than spin (> 0), else yield while
-// it is younger than yield, then arm, then sleep slices that grow from
-// firstSlice to maxSlice. A sleep is always preceded by an arm (the
-// caller re-checks in between), and the flag stays up until settle or
-// the sleep's end.
+// now. A forecast wait (p.key set, spin > 0, not flowing, and fc's plan
+// for the key) spins as any other while it is younger than spin (so a
+// peer that comes at once, against the forecast, is met as without one),
+// then arms and naps until the plan's napTo (in naps of at most
+// maxSlice), then spins until its spinTo. Otherwise, and after that: spin
+// while the wait is younger than spin (> 0), else yield while it is
+// younger than yield, then arm, then sleep slices that grow from
+// firstSlice to maxSlice. A sleep or nap is always preceded by an arm
+// (the caller re-checks in between), and the flag stays up until settle,
+// the sleep's end or a spin.
 func (p *pace) next(now time.Time, spin, yield time.Duration) (step, time.Duration) {
+	if p.start.IsZero() {
+		p.start = now
+		p.napTo, p.spinTo = 0, 0
+		if spin > 0 && !p.flowing && p.fc != nil {
+			p.napTo, p.spinTo = p.fc.plan(p.key)
+		}
+	}
+	age := now.Sub(p.start)
+	if age < p.spinTo { // a forecast wait's nap and window
+		switch {
+		case age < spin || age >= p.napTo:
+			return stepSpin, 0
+		case p.armed == nil:
+			return stepArm, 0
+		}
+		return stepNap, min(p.napTo-age, maxSlice)
+	}
 	if p.armed != nil {
 		d := sleepSlice(p.sleeps)
 		p.sleeps++
 		return stepSleep, d
 	}
-	if p.start.IsZero() {
-		p.start = now
-	}
-	age := now.Sub(p.start)
 	switch {
 	case spin > 0:
 		if age < p.budget(spin) {
@@ -333,19 +378,48 @@ func (p *pace) next(now time.Time, spin, yield time.Duration) (step, time.Durati
 	return stepArm, 0
 }
 
+// startWait gives a wait that starts its key in the forecast: the n-th
+// wait (from 0) of the current op, if it is one of the first
+// forecastWaits, the rank may spin and the loop's data is not flowing.
+func (g *ShmGroup) startWait(p *pace) {
+	p.key, p.fc = 0, nil
+	if p.flowing || g.Spin <= 0 || g.waits >= forecastWaits {
+		return
+	}
+	p.key, p.fc = waitKey(g.op, g.waits), &g.fc
+	g.waits++
+}
+
+// beginOp starts the waits of the op fp (Mesh.Begin). The waits of ops
+// of forecastMaxBytes or more are not forecast (g.waits at its limit).
+func (g *ShmGroup) beginOp(fp *comm.Fingerprint) {
+	g.op, g.waits = opKey(fp), 0
+	if fp.Count*int64(max(fp.DType.Size(), 1)) >= forecastMaxBytes {
+		g.waits = forecastWaits
+	}
+}
+
 // pause waits a little for a condition the caller re-checks after each
 // call, as next decides: a spin or a yield returns at once; an arm raises
 // the sleeping flag and returns, so the caller checks once more (a peer
-// that published before it saw the flag is not missed); a sleep parks
-// until the doorbell rings or the slice ends. It returns ErrStopped once
-// c is stopped.
+// that published before it saw the flag is not missed); a sleep or nap
+// parks until the doorbell rings or its time is up. It returns
+// ErrStopped once c is stopped.
 func (g *ShmGroup) pause(p *pace, c *Ctl) error {
 	if c.Stopped.Load() {
 		return ErrStopped
 	}
-	st, d := p.next(time.Now(), g.Spin, g.Yield)
+	if p.start.IsZero() {
+		g.startWait(p)
+	}
+	now := time.Now()
+	st, d := p.next(now, g.Spin, g.Yield)
 	switch st {
 	case stepSpin:
+		if p.armed != nil { // a forecast wait's window begins
+			p.armed.Store(0)
+			p.armed = nil
+		}
 		// Let this process's other goroutines run.
 		runtime.Gosched()
 	case stepYield:
@@ -361,6 +435,13 @@ func (g *ShmGroup) pause(p *pace, c *Ctl) error {
 		g.bells.sleep(d)
 		p.armed.Store(0)
 		p.armed = nil
+	case stepNap:
+		g.bells.nap(d)
+		p.armed.Store(0)
+		p.armed = nil
+		if late := time.Since(now) - d; late >= 0 {
+			g.fc.noteLate(late) // the timer fired (or the peer came after it should have)
+		}
 	}
 	return nil
 }
@@ -375,18 +456,32 @@ func (p *pace) budget(base time.Duration) time.Duration {
 }
 
 // settle ends a wait after progress (backoff.reset): it lowers the
-// sleeping flag if pause raised it, so that peers stop ringing, and marks
-// the loop's data as flowing.
+// sleeping flag if pause raised it, so that peers stop ringing, records
+// how long the wait lasted in the forecast, and marks the loop's data as
+// flowing.
 func (p *pace) settle() {
+	if p.fc != nil && !p.start.IsZero() {
+		p.settleAt(time.Now())
+		return
+	}
+	p.settleAt(time.Time{})
+}
+
+// settleAt is settle at time now (zero: nothing to record).
+func (p *pace) settleAt(now time.Time) {
 	if p.armed != nil {
 		p.armed.Store(0)
 		p.armed = nil
 	}
 	if !p.start.IsZero() {
+		if p.fc != nil && !now.IsZero() {
+			p.fc.record(p.key, now.Sub(p.start))
+		}
 		p.flowing = true
 	}
 	p.start = time.Time{}
 	p.sleeps = 0
+	p.key, p.fc = 0, nil
 }
 
 // AffinityCPUs lists the CPUs this thread may run on (sched_getaffinity),

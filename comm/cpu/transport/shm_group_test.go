@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"golang.org/x/sys/unix"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -9,6 +8,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ranktree/ranktree/comm"
 )
 
 // twoRankGroup creates a group segment of 2 ranks in dir and returns both
@@ -178,7 +181,7 @@ func TestPaceNext(t *testing.T) {
 			switch st { // what pause does to the state
 			case stepArm:
 				p.armed = &flag
-			case stepSleep:
+			case stepSleep, stepNap, stepSpin:
 				p.armed = nil
 			}
 		}
@@ -203,6 +206,199 @@ func TestPaceNext(t *testing.T) {
 	})
 	p = pace{}
 	run("sleep at once", &p, 0, 0, []want{{0, stepArm, 0}, {0, stepSleep, ms}})
+
+	// A forecast wait: the last 5 waits of its key lasted 5-5.2 ms, so
+	// it spins 50 µs as any wait, then naps until 150 µs (defaultLead)
+	// before 5 ms, in naps of at most 8 ms, re-armed after a nap the
+	// doorbell ended early, spins through a window of 500 µs (a tenth of
+	// 5 ms), then sleeps slices.
+	var fc forecast
+	for _, d := range []int{5100, 5000, 5200, 5050, 5150} {
+		fc.record(7, time.Duration(d)*time.Microsecond)
+	}
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	p = pace{key: 7, fc: &fc}
+	run("forecast", &p, SpinFor, 0, []want{
+		{0, stepSpin, 0}, {49, stepSpin, 0}, {50, stepArm, 0}, {50, stepNap, us(4800)}, {2000, stepArm, 0}, {2000, stepNap, us(2850)},
+		{4850, stepSpin, 0}, {5349, stepSpin, 0}, {5350, stepArm, 0}, {5351, stepSleep, ms}, {6400, stepArm, 0}, {6400, stepSleep, 2 * ms},
+	})
+	p.settleAt(at(9000))
+	if e := fc.h[7%forecastSlots]; e.d[(e.i+forecastLen-1)%forecastLen] != 9*ms || p.key != 0 || p.fc != nil {
+		t.Fatalf("settle recorded %v (key %d): want the 9 ms wait", e.d, p.key)
+	}
+	// The flag raised just before the nap's end: the window spins (pause
+	// lowers the flag), it does not sleep a slice.
+	for range forecastQuorum {
+		fc.record(7, 5*ms)
+	}
+	p = pace{key: 7, fc: &fc}
+	run("forecast, armed at the window", &p, SpinFor, 0, []want{{0, stepSpin, 0}, {50, stepArm, 0}, {4851, stepSpin, 0}})
+	// Oversubscribed (no spin) or flowing: no forecast.
+	p = pace{key: 7, fc: &fc}
+	run("forecast, oversubscribed", &p, 0, SpinFor, []want{{0, stepYield, 0}, {50, stepArm, 0}, {51, stepSleep, ms}})
+	p = pace{key: 7, fc: &fc, flowing: true}
+	run("forecast, flowing", &p, SpinFor, 0, []want{{0, stepSpin, 0}, {300, stepArm, 0}, {301, stepSleep, ms}})
+	// A long forecast naps 8 ms at a time.
+	fc = forecast{}
+	for range forecastLen {
+		fc.record(9, 20*ms)
+	}
+	p = pace{key: 9, fc: &fc}
+	run("forecast, 20 ms", &p, SpinFor, 0, []want{{0, stepSpin, 0}, {50, stepArm, 0}, {50, stepNap, 8 * ms}, {8050, stepArm, 0}, {8050, stepNap, 8 * ms},
+		{16050, stepArm, 0}, {16050, stepNap, us(3800)}, {19850, stepSpin, 0}, {20849, stepSpin, 0}, {20850, stepArm, 0}})
+}
+
+// TestForecastPlan: which waits are forecast, and the plan's nap and
+// window.
+func TestForecastPlan(t *testing.T) {
+	us := func(n int) time.Duration { return time.Duration(n) * time.Microsecond }
+	ms := time.Millisecond
+	feed := func(key uint64, ds ...time.Duration) *forecast {
+		var f forecast
+		for _, d := range ds {
+			f.record(key, d)
+		}
+		return &f
+	}
+	five := func(d time.Duration) []time.Duration { return []time.Duration{d, d, d, d, d} }
+	for _, c := range []struct {
+		name          string
+		f             *forecast
+		key           uint64
+		napTo, spinTo time.Duration
+	}{
+		{"four waits", feed(3, 5*ms, 5*ms, 5*ms, 5*ms), 3, 0, 0},
+		{"five alike", feed(3, five(5*ms)...), 3, us(4850), us(5350)},
+		{"another key", feed(3, five(5*ms)...), 4, 0, 0},
+		{"outliers ignored", feed(3, 5*ms, 3*ms, 5*ms, 9*ms, 5*ms, 0, 5*ms, 5*ms), 3, us(4850), us(5350)},
+		{"four of eight alike", feed(3, 0, 5*ms, 5*ms, 5*ms, 5*ms, 7*ms, 8*ms, 9*ms), 3, 0, 0},
+		{"the oldest forgotten", feed(3, 0, 5*ms, 5*ms, 5*ms, 5*ms, 7*ms, 8*ms, 9*ms, 5*ms), 3, us(4850), us(5350)},
+		{"spread over half the window", feed(3, 5*ms, us(5251), 5*ms, 5*ms, 5*ms), 3, 0, 0},
+		{"spread within half the window", feed(3, 5*ms, us(5250), 5*ms, 5*ms, 5*ms), 3, us(4850), us(5350)},
+		{"alternating", feed(3, 0, 5*ms, 0, 5*ms, 0, 5*ms, 0, 5*ms), 3, 0, 0},
+		{"random", feed(3, us(3100), us(600), us(4400), us(1900), us(2500), us(4900), us(1200), us(3700)), 3, 0, 0},
+		{"short", feed(3, five(us(900))...), 3, 0, 0},
+		{"2 ms: lead at most half the window", feed(3, five(2*ms)...), 3, us(1900), us(2100)},
+		{"20 ms: window at most 1 ms", feed(3, five(20*ms)...), 3, us(19850), us(20850)},
+	} {
+		if n, s := c.f.plan(c.key); n != c.napTo || s != c.spinTo {
+			t.Errorf("%s: plan = %v, %v; want %v, %v", c.name, n, s, c.napTo, c.spinTo)
+		}
+	}
+	// A key that collides takes the slot over with a fresh history.
+	f := feed(3, five(5*ms)...)
+	f.record(3+forecastSlots, 5*ms)
+	if n, _ := f.plan(3); n != 0 {
+		t.Errorf("a collision kept key 3's history")
+	}
+	// The lead follows the timer's lateness: the median of the last
+	// eight plus leadGuard.
+	f = feed(3, five(5*ms)...)
+	for _, d := range []int{900, 40, 90, 60, 30, 70, 50, 80, 120} { // 900 is forgotten
+		f.noteLate(us(d))
+	}
+	if n, s := f.plan(3); n != us(5000-90) || s != us(5000-90+500) {
+		t.Errorf("plan with lateness 30..120 µs = %v, %v; want a lead of 90 µs (median 70 + 20)", n, s)
+	}
+	f.noteLate(time.Second) // a lead is at most half the window
+	f.noteLate(time.Second)
+	f.noteLate(time.Second)
+	f.noteLate(time.Second)
+	if n, _ := f.plan(3); n != us(5000-250) {
+		t.Errorf("plan with lateness up to 1 s naps to %v; want 4750 µs", n)
+	}
+}
+
+// TestStartWait: the first forecastWaits waits of an op get their own
+// keys, later ones, those of ops of forecastMaxBytes or more and flowing
+// or oversubscribed waits none; Begin starts the count afresh.
+func TestStartWait(t *testing.T) {
+	g := &ShmGroup{Spin: SpinFor}
+	fp := comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 4}
+	g.beginOp(&fp)
+	seen := map[uint64]bool{}
+	for i := range forecastWaits + 1 {
+		var p pace
+		g.startWait(&p)
+		if i < forecastWaits && (p.key == 0 || p.fc != &g.fc || seen[p.key]) {
+			t.Fatalf("wait %d: key %d, forecast %p", i, p.key, p.fc)
+		}
+		if i == forecastWaits && (p.key != 0 || p.fc != nil) {
+			t.Fatalf("wait %d got key %d", i, p.key)
+		}
+		seen[p.key] = true
+	}
+	fp.Seq++ // the next step's same op: the same keys
+	g.beginOp(&fp)
+	var p pace
+	g.startWait(&p)
+	if !seen[p.key] {
+		t.Fatal("the same op at another seq got another key")
+	}
+	fp.Count++
+	g.beginOp(&fp)
+	g.startWait(&p)
+	if seen[p.key] {
+		t.Fatal("another count got a key seen before")
+	}
+	fp.Count = forecastMaxBytes / 4
+	fp.DType = comm.Float32
+	g.beginOp(&fp)
+	g.startWait(&p)
+	if p.key != 0 {
+		t.Fatalf("an op of forecastMaxBytes got key %d", p.key)
+	}
+	fp.Count--
+	g.beginOp(&fp)
+	g.startWait(&p)
+	if p.key == 0 {
+		t.Fatal("an op just under forecastMaxBytes got no key")
+	}
+	p = pace{flowing: true}
+	g.startWait(&p)
+	g.Spin = 0
+	var q pace
+	g.startWait(&q)
+	if p.key != 0 || q.key != 0 {
+		t.Fatalf("a flowing wait got key %d, an oversubscribed one %d", p.key, q.key)
+	}
+}
+
+// TestNap: a nap ends when the doorbell rings (also before it began) or
+// its timer fires, leaves nothing behind for the next one, and allocates
+// nothing.
+func TestNap(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	g0, g1 := twoRankGroup(t, t.TempDir())
+	g0.r[0].sleeping.Store(1)
+	g1.wake(0)
+	g0.bells.nap(time.Hour) // returns at once: the byte is there
+	if n := pending(t, g0); n != 0 {
+		t.Fatalf("nap left %d bytes", n)
+	}
+	done := make(chan struct{})
+	go func() {
+		g0.bells.nap(time.Hour)
+		close(done)
+	}()
+	time.Sleep(time.Millisecond)
+	g0.r[0].sleeping.Store(1)
+	g1.wake(0)
+	<-done // the ring ends a nap in progress
+	// ... and disarms its timer, so that it cannot end the next nap early.
+	var cur unix.ItimerSpec
+	if err := unix.TimerfdGettime(g0.bells.tmr, &cur); err != nil || cur.Value.Nano() != 0 {
+		t.Fatalf("the nap's timer is still armed (%v to go, err %v)", cur.Value.Nano(), err)
+	}
+	g0.bells.nap(time.Millisecond) // the timer ends it
+	if g0.bells.drainFD(uintptr(g0.bells.tmr)) {
+		t.Fatal("a nap left its timer's expiry unread")
+	}
+	if a := testing.AllocsPerRun(20, func() { g0.bells.nap(time.Nanosecond) }); a != 0 {
+		t.Errorf("a nap allocates %v times", a)
+	}
 }
 
 // TestDoorbell: a ring before the sleep is not lost (the sleep returns

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -22,9 +23,62 @@ import (
 type Late struct {
 	Rank  int           // the late rank
 	Delay time.Duration // how late it launches; > 0
+	// Skew is how the delay varies from iteration to iteration
+	// (--late-skew): LateFixed (the zero value) every time, LateAlternate
+	// Delay and 0 in turn, LateRandom uniform in [0, Delay] (a fixed seed).
+	Skew LateSkew
 	// CPUTime returns the CPU time this process has used (all threads);
 	// nil: CLOCK_PROCESS_CPUTIME_ID. Tests pass a fake.
 	CPUTime func() time.Duration
+}
+
+// LateSkew is how a late rank's delay varies between iterations (see
+// Late.Skew).
+type LateSkew uint8
+
+const (
+	LateFixed     LateSkew = iota // Delay every iteration, as a rank late by the same time every step
+	LateAlternate                 // Delay, 0, Delay, 0, ...
+	LateRandom                    // uniform in [0, Delay]
+)
+
+// ParseLateSkew parses fixed, alternate or random.
+func ParseLateSkew(s string) (LateSkew, error) {
+	for k, name := range lateSkewNames {
+		if s == name {
+			return LateSkew(k), nil
+		}
+	}
+	return 0, fmt.Errorf("late skew %q: want fixed, alternate or random", s)
+}
+
+var lateSkewNames = [...]string{"fixed", "alternate", "random"}
+
+// String is the skew's name as ParseLateSkew reads it.
+func (k LateSkew) String() string {
+	if int(k) < len(lateSkewNames) {
+		return lateSkewNames[k]
+	}
+	return fmt.Sprintf("LateSkew(%d)", k)
+}
+
+// delays returns the delay of each of n iterations under skew k.
+func (l Late) delays(n int) []time.Duration {
+	d := make([]time.Duration, n)
+	rng := rand.New(rand.NewPCG(15, uint64(l.Delay)))
+	for i := range d {
+		switch l.Skew {
+		case LateAlternate:
+			if i%2 == 0 {
+				d[i] = l.Delay
+			}
+		case LateRandom:
+			d[i] = time.Duration(rng.Int64N(int64(l.Delay) + 1))
+		default:
+			d[i] = l.Delay
+		}
+	}
+	return d
 }
 
 // LateResult is one size's late-arrival measurement; its JSON keys are
@@ -43,6 +97,11 @@ type LateResult struct {
 	// time, in % of one core; WaitCPUPctMax the largest.
 	WaitCPUPct    float64 `json:"wait_cpu_pct"`
 	WaitCPUPctMax float64 `json:"wait_cpu_pct_max"`
+	// WaitCPUPctAll is the waiting ranks' CPU time over all iterations
+	// divided by their wall time from launch to Wait's return, in % of
+	// one core (the worst waiting rank): with a delay that varies
+	// (Late.Skew), what waiting cost in all.
+	WaitCPUPctAll float64 `json:"wait_cpu_pct_all"`
 	// WakeUs is the median over iterations of the time from the late
 	// rank's launch to the last waiting rank's Wait returning, µs (the
 	// op's own latency is in it: compare with the op's time_us without a
@@ -54,6 +113,10 @@ type LateResult struct {
 	// rank's own Wait returning to the last waiting rank's, µs: the wake-up
 	// delay without the launch path the two share (can be negative).
 	LagUs float64 `json:"lag_us"`
+	// LagUsMin is the smallest of those lags.
+	LagUsMin float64 `json:"lag_us_min"`
+	// Skew is Late.Skew's name.
+	Skew string `json:"skew"`
 	// Blocking: the ops ran in their blocking form (Config.Blocking).
 	Blocking bool `json:"blocking"`
 }
@@ -86,6 +149,9 @@ func RunLate(ctx context.Context, g Group, cfg Config, late Late, emit func(Late
 	if late.Delay <= 0 {
 		return fmt.Errorf("bench: late delay %v must be positive", late.Delay)
 	}
+	if late.Skew > LateRandom {
+		return fmt.Errorf("bench: unknown late skew %v", late.Skew)
+	}
 	if late.CPUTime == nil {
 		late.CPUTime = processCPU
 	}
@@ -116,6 +182,8 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 	// ns] (wall clock, for comparison across processes) and a Sum
 	// allreduce gathers the rows.
 	rows := make([]int64, 3*n)
+	delays := late.delays(cfg.Iters)
+	cpuSum, wallSum := make([]int64, n), make([]int64, n)
 	cpuPct := make([]float64, 0, cfg.Iters)
 	wake := make([]float64, 0, cfg.Iters)
 	lag := make([]float64, 0, cfg.Iters)
@@ -124,7 +192,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 			return LateResult{}, fmt.Errorf("barrier before iteration %d: %w", i, err)
 		}
 		if me == late.Rank {
-			time.Sleep(late.Delay)
+			time.Sleep(delays[i])
 		}
 		c0 := late.CPUTime()
 		t0 := cfg.Now()
@@ -147,6 +215,8 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 			start, end, cpu := rows[3*r], rows[3*r+1], rows[3*r+2]
 			if wall := end - start; wall > 0 {
 				worstCPU = max(worstCPU, 100*float64(cpu)/float64(wall))
+				cpuSum[r] += cpu
+				wallSum[r] += wall
 			}
 			lastWake = max(lastWake, float64(end-arrived)/1e3)
 		}
@@ -156,24 +226,29 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 	}
 	r := LateResult{Collective: cfg.Collective.String(), ReqBytes: size,
 		Bytes: int64(geo.Count) * int64(cfg.DType.Size()), Count: geo.Count, LateRank: late.Rank,
-		LateUs: float64(late.Delay.Nanoseconds()) / 1e3, Blocking: cfg.Blocking}
+		LateUs: float64(late.Delay.Nanoseconds()) / 1e3, Skew: late.Skew.String(), Blocking: cfg.Blocking}
 	if len(wake) > 0 {
 		r.WaitCPUPct, r.WaitCPUPctMax = Median(cpuPct), slices.Max(cpuPct)
 		r.WakeUs, r.WakeUsMin, r.WakeUsMax = Median(wake), slices.Min(wake), slices.Max(wake)
-		r.LagUs = Median(lag)
+		r.LagUs, r.LagUsMin = Median(lag), slices.Min(lag)
+	}
+	for q := range n {
+		if wallSum[q] > 0 {
+			r.WaitCPUPctAll = max(r.WaitCPUPctAll, 100*float64(cpuSum[q])/float64(wallSum[q]))
+		}
 	}
 	return r, nil
 }
 
 // FormatLateHeader is the comment lines above the late-arrival table.
 func FormatLateHeader() string {
-	return fmt.Sprintf("# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s\n# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s\n",
-		"size", "count", "late", "delay", "wait_cpu", "cpu_max", "wake", "wake_min", "wake_max", "lag",
-		"(B)", "(elements)", "(rank)", "(us)", "(%core)", "(%core)", "(us)", "(us)", "(us)", "(us)")
+	return fmt.Sprintf("# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n",
+		"size", "count", "late", "delay", "wait_cpu", "cpu_max", "cpu_all", "wake", "wake_min", "wake_max", "lag", "lag_min",
+		"(B)", "(elements)", "(rank)", "(us)", "(%core)", "(%core)", "(%core)", "(us)", "(us)", "(us)", "(us)", "(us)")
 }
 
 // FormatLateRow is one line of the late-arrival table.
 func FormatLateRow(r LateResult) string {
-	return fmt.Sprintf("  %12d %12d %6d %10.0f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n",
-		r.Bytes, r.Count, r.LateRank, r.LateUs, r.WaitCPUPct, r.WaitCPUPctMax, r.WakeUs, r.WakeUsMin, r.WakeUsMax, r.LagUs)
+	return fmt.Sprintf("  %12d %12d %6d %10.0f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+		r.Bytes, r.Count, r.LateRank, r.LateUs, r.WaitCPUPct, r.WaitCPUPctMax, r.WaitCPUPctAll, r.WakeUs, r.WakeUsMin, r.WakeUsMax, r.LagUs, r.LagUsMin)
 }

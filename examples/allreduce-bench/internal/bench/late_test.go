@@ -42,8 +42,11 @@ func TestRunLate(t *testing.T) {
 	if r.WakeUs != 40 || r.WakeUsMin != 40 || r.WakeUsMax != 40 {
 		t.Fatalf("wake %v (%v..%v) µs, want 40", r.WakeUs, r.WakeUsMin, r.WakeUsMax)
 	}
-	if r.LagUs != 30 {
-		t.Fatalf("lag %v µs, want 30 (rank 1 returned 10 µs after it launched)", r.LagUs)
+	if r.LagUs != 30 || r.LagUsMin != 30 {
+		t.Fatalf("lag %v µs (min %v), want 30 (rank 1 returned 10 µs after it launched)", r.LagUs, r.LagUsMin)
+	}
+	if math.Abs(r.WaitCPUPctAll-5) > 1e-9 || r.Skew != "fixed" {
+		t.Fatalf("wait CPU over all iterations %v%%, skew %q; want 5%%, fixed", r.WaitCPUPctAll, r.Skew)
 	}
 	if row := FormatLateRow(r); !strings.Contains(row, "5.00") || !strings.Contains(row, "40.00") {
 		t.Fatalf("row %q", row)
@@ -57,9 +60,37 @@ func TestRunLate(t *testing.T) {
 	if g.calls[0] != "allreduce:sum" || g.bufs[0] != "float32×256" {
 		t.Errorf("first call %q on %q, want the 1 KiB lap allreduce", g.calls[0], g.bufs[0])
 	}
-	for _, bad := range []Late{{Rank: 2, Delay: time.Millisecond}, {Rank: 1}} {
+	for _, bad := range []Late{{Rank: 2, Delay: time.Millisecond}, {Rank: 1}, {Rank: 1, Delay: time.Millisecond, Skew: LateRandom + 1}} {
 		if err := RunLate(context.Background(), g, cfg, bad, func(LateResult) error { return nil }); err == nil {
 			t.Fatalf("RunLate(%+v) accepted", bad)
 		}
+	}
+}
+
+// TestLateSkew: the late rank's delay per iteration under each skew.
+func TestLateSkew(t *testing.T) {
+	ms := time.Millisecond
+	for _, name := range []string{"fixed", "alternate", "random"} {
+		k, err := ParseLateSkew(name)
+		if err != nil || k.String() != name {
+			t.Fatalf("ParseLateSkew(%q) = %v, %v", name, k, err)
+		}
+	}
+	if _, err := ParseLateSkew("sometimes"); err == nil {
+		t.Fatal("ParseLateSkew accepted sometimes")
+	}
+	if d := (Late{Delay: 5 * ms}).delays(3); d[0] != 5*ms || d[1] != 5*ms || d[2] != 5*ms {
+		t.Fatalf("fixed: %v", d)
+	}
+	if d := (Late{Delay: 5 * ms, Skew: LateAlternate}).delays(4); d[0] != 5*ms || d[1] != 0 || d[2] != 5*ms || d[3] != 0 {
+		t.Fatalf("alternate: %v", d)
+	}
+	d := (Late{Delay: 5 * ms, Skew: LateRandom}).delays(200)
+	lo, hi := d[0], d[0]
+	for _, x := range d {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	if lo < 0 || hi > 5*ms || hi-lo < 4*ms {
+		t.Fatalf("random: delays span %v..%v, want most of 0..5ms", lo, hi)
 	}
 }
