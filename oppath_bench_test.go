@@ -36,17 +36,18 @@ func benchWorld(tb testing.TB) []*Runtime {
 
 // allReduce4B runs one 4-byte float32 sum allreduce on both ranks (rank 1
 // on its own goroutine, paced by next/done) and checks the result. Both
-// ranks pass ctx to the op and to Wait.
+// ranks pass ctx and opts to the op and ctx to Wait.
 type allReduce4B struct {
 	ctx  context.Context
+	opts []comm.OpOption
 	pgs  [2]*comm.ProcessGroup
 	bufs [2][]float32
 	next chan struct{}
 	done chan error
 }
 
-func newAllReduce4B(tb testing.TB, rts []*Runtime, ctx context.Context) *allReduce4B {
-	a := &allReduce4B{ctx: ctx, next: make(chan struct{}), done: make(chan error)}
+func newAllReduce4B(tb testing.TB, rts []*Runtime, ctx context.Context, opts ...comm.OpOption) *allReduce4B {
+	a := &allReduce4B{ctx: ctx, opts: opts, next: make(chan struct{}), done: make(chan error)}
 	for r := range 2 {
 		a.pgs[r], a.bufs[r] = rts[r].World(), make([]float32, 1)
 	}
@@ -54,7 +55,7 @@ func newAllReduce4B(tb testing.TB, rts []*Runtime, ctx context.Context) *allRedu
 	go func() {
 		for range a.next {
 			a.bufs[1][0] = 2
-			a.done <- a.pgs[1].AllReduce(ctx, buf1, comm.Sum).Wait(ctx)
+			a.done <- a.pgs[1].AllReduce(ctx, buf1, comm.Sum, opts...).Wait(ctx)
 		}
 	}()
 	tb.Cleanup(func() { close(a.next) })
@@ -65,7 +66,7 @@ func (a *allReduce4B) step(tb testing.TB, buf0 comm.Buffer) {
 	ctx := a.ctx
 	a.bufs[0][0] = 1
 	a.next <- struct{}{}
-	if err := a.pgs[0].AllReduce(ctx, buf0, comm.Sum).Wait(ctx); err != nil {
+	if err := a.pgs[0].AllReduce(ctx, buf0, comm.Sum, a.opts...).Wait(ctx); err != nil {
 		tb.Fatalf("rank 0: %v", err)
 	}
 	if err := <-a.done; err != nil {
@@ -93,9 +94,23 @@ func BenchmarkAllReduce4BPublicPathCancelCtx(b *testing.B) {
 	benchPublicPath(b, ctx)
 }
 
-func benchPublicPath(b *testing.B, ctx context.Context) {
+// BenchmarkAllReduce4BPublicPathBlocking is BenchmarkAllReduce4BPublicPath
+// in the blocking form (comm.Blocking), whose op blocks are recycled.
+func BenchmarkAllReduce4BPublicPathBlocking(b *testing.B) {
+	benchPublicPath(b, context.Background(), comm.Blocking())
+}
+
+// BenchmarkAllReduce4BPublicPathBlockingCancelCtx is the blocking form
+// with a cancellable ctx.
+func BenchmarkAllReduce4BPublicPathBlockingCancelCtx(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	benchPublicPath(b, ctx, comm.Blocking())
+}
+
+func benchPublicPath(b *testing.B, ctx context.Context, opts ...comm.OpOption) {
 	rts := benchWorld(b)
-	a := newAllReduce4B(b, rts, ctx)
+	a := newAllReduce4B(b, rts, ctx, opts...)
 	buf0 := comm.HostBuffer(a.bufs[0])
 	for range 200 {
 		a.step(b, buf0)
@@ -107,11 +122,12 @@ func benchPublicPath(b *testing.B, ctx context.Context) {
 	}
 }
 
-// TestPublicPathAllocs bounds the allocations of a small allreduce on the
-// whole public path, supervision included (issue 15): one per rank, the
-// block of the Op and its Promise, which the caller's *Work lives in
-// (comm/processgroup_collectives.go newOp), for a ctx that is never done
-// and for a cancellable one.
+// TestPublicPathAllocs bounds the allocations of a small async allreduce
+// on the whole public path, supervision included (issue 15): one per
+// rank, the block of the Op and its Promise, which the caller's *Work
+// lives in (comm/opblock.go), for a ctx that is never done and for a
+// cancellable one. The blocking form allocates none
+// (TestBlockingPublicPathAllocs).
 func TestPublicPathAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a two-rank job")

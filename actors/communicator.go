@@ -33,6 +33,11 @@
 //     (comm.CtxWatch), with BlockingWait every Work gets its deadline, and
 //     a communicator replaced by a restart (Retire) fails later ops with
 //     comm.ErrAborted.
+//  7. A Promise it keeps past the Submit that handed it over (an op queued
+//     for another Submit or the actor to launch, the last op submitted) it
+//     holds with Promise.Retain, so that a blocking op's block
+//     (comm.Blocking) is not reused under it; Observers that keep p do the
+//     same.
 package actors
 
 import (
@@ -58,7 +63,10 @@ import (
 // it. Scheduled must return quickly and must not block on the op's Work;
 // it may watch p.Work().Done() from another goroutine, and complete p (the
 // watchdog fails it at its deadline). c10d: the work-enqueue hooks of
-// ProcessGroupNCCL (flight recorder record, watchdog work list).
+// ProcessGroupNCCL (flight recorder record, watchdog work list). An
+// Observer that keeps p or reads its Work after Scheduled returns must
+// hold it (p.Retain(), then p.Release()): a blocking op's Promise, Work
+// and Op are reused once nothing holds them.
 type Observer interface {
 	Scheduled(op *comm.Op, p *comm.Promise)
 }
@@ -180,8 +188,10 @@ type Communicator struct {
 	// retired is set when a restart replaces this communicator: later
 	// Submits fail with it (Retire).
 	retired atomic.Pointer[comm.AbortedError]
-	// last is the last Work submitted: Close's grace waits for it.
-	last atomic.Pointer[comm.Work]
+	// last is the Promise of the last op submitted, which it holds
+	// (Promise.Retain) until the next Submit replaces it or Close ends:
+	// Close's grace waits for it (waitLast, pinLast).
+	last atomic.Pointer[comm.Promise]
 
 	// closed and senders make Close wait for Submits already past their
 	// closed check (a Dekker-style handshake on sequentially consistent
@@ -214,10 +224,17 @@ type launchQueue struct {
 // method. Through the mailbox it travels as a pooled *launchMsg: the actor
 // returns one after a launch that returned normally (a panicking launch
 // leaves its message to the supervisor's failure report and the GC).
+//
+// held says that the message holds a reference to p (Promise.Retain),
+// released once the launch is done with p (after CtxWatch.Bind): an op
+// queued behind the runner's, or posted to the actor, may complete, and
+// a blocking op's caller release it, before its launcher is done with
+// it. The runner's own op needs none: its caller waits in Submit.
 type launchMsg struct {
-	ctx context.Context
-	op  *comm.Op
-	p   *comm.Promise
+	ctx  context.Context
+	op   *comm.Op
+	p    *comm.Promise
+	held bool
 }
 
 var launchMsgs = sync.Pool{New: func() any { return new(launchMsg) }}
@@ -311,7 +328,10 @@ func (c *Communicator) Submit(ctx context.Context, op *comm.Op, p *comm.Promise)
 	if c.cfg.BlockingWait && op.Timeout > 0 {
 		c.setDeadline(op, p)
 	}
-	c.last.Store(p.Work())
+	p.Retain() // c.last's reference
+	if old := c.last.Swap(p); old != nil {
+		old.Release()
+	}
 	c.senders.Add(1)
 	if c.closed.Load() {
 		c.senders.Add(-1)
@@ -336,9 +356,11 @@ func (c *Communicator) enqueue(m launchMsg) {
 	switch {
 	case q.viaActor:
 		q.mu.Unlock()
+		m.held = m.p.Retain()
 		c.post(m)
 		return
 	case q.busy:
+		m.held = m.p.Retain()
 		q.pending = append(q.pending, m)
 		q.mu.Unlock()
 		return
@@ -351,6 +373,9 @@ func (c *Communicator) enqueue(m launchMsg) {
 			return
 		}
 		c.state.ctxw.Bind(m.ctx, m.p)
+		if m.held {
+			m.p.Release()
+		}
 		q.mu.Lock()
 		if len(q.pending) == 0 {
 			q.busy = false
@@ -510,6 +535,9 @@ func (a *commActor) Receive(ctx actor.Context) {
 			panic(pan) // to the actor's supervisor (duty 5)
 		}
 		a.ctxw.Bind(m.ctx, m.p)
+		if m.held {
+			m.p.Release()
+		}
 		*m = launchMsg{}
 		launchMsgs.Put(m)
 	case *panicMsg:

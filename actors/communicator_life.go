@@ -102,6 +102,9 @@ func (c *Communicator) CloseBy(ctx context.Context, graceEnd time.Time) error {
 	c.closeOnce.Do(func() {
 		c.waitLast(ctx, graceEnd)
 		err := c.stopBounded(ctx)
+		if p := c.last.Swap(nil); p != nil {
+			p.Release()
+		}
 		if errors.Is(err, comm.ErrClosed) {
 			err = nil
 		}
@@ -116,17 +119,42 @@ func (c *Communicator) CloseBy(ctx context.Context, graceEnd time.Time) error {
 // waitLast waits until the last submitted Work has completed, or graceEnd
 // or ctx ends.
 func (c *Communicator) waitLast(ctx context.Context, graceEnd time.Time) {
-	w := c.last.Load()
 	d := time.Until(graceEnd)
-	if w == nil || d <= 0 {
+	if d <= 0 {
 		return
 	}
+	p := c.pinLast()
+	if p == nil {
+		return
+	}
+	defer p.Release()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-w.Done():
+	case <-p.Work().Done():
 	case <-t.C:
 	case <-ctx.Done():
+	}
+}
+
+// pinLast returns the last submitted op's Promise with a reference of
+// its own (Promise.TryRetain), or nil if none was submitted. c.last holds
+// its Promise, but a Submit may swap it out and release it between the
+// load and the pin: the pin then fails (its block went back to the pool),
+// or holds a block reused since, which c.last no longer holds; either way
+// it looks again.
+func (c *Communicator) pinLast() *comm.Promise {
+	for {
+		p := c.last.Load()
+		if p == nil {
+			return nil
+		}
+		if p.TryRetain() {
+			if c.last.Load() == p {
+				return p
+			}
+			p.Release()
+		}
 	}
 }
 

@@ -37,53 +37,53 @@ func (c *Coalescer) Len() int { return len(c.ops) }
 
 // AllReduce adds an in-place all-reduce of buf (see ProcessGroup.AllReduce).
 func (c *Coalescer) AllReduce(buf Buffer, red ReduceOp) error {
-	return c.add(c.pg.lowerAllReduce(buf, red))
+	return c.add(c.pg.lowerAllReduce(nil, buf, red))
 }
 
 // Broadcast adds a broadcast of buf from root (see ProcessGroup.Broadcast).
 func (c *Coalescer) Broadcast(buf Buffer, root int) error {
-	return c.add(c.pg.lowerBroadcast(buf, root))
+	return c.add(c.pg.lowerBroadcast(nil, buf, root))
 }
 
 // Reduce adds a reduce of buf to root (see ProcessGroup.Reduce).
 func (c *Coalescer) Reduce(buf Buffer, root int, red ReduceOp) error {
-	return c.add(c.pg.lowerReduce(buf, root, red))
+	return c.add(c.pg.lowerReduce(nil, buf, root, red))
 }
 
 // AllGather adds a list-form all-gather (see ProcessGroup.AllGather).
 func (c *Coalescer) AllGather(out []Buffer, in Buffer) error {
-	return c.add(c.pg.lowerAllGather(out, in))
+	return c.add(c.pg.lowerAllGather(nil, out, in))
 }
 
 // AllGatherInto adds a flat all-gather (see ProcessGroup.AllGatherInto).
 func (c *Coalescer) AllGatherInto(out, in Buffer) error {
-	return c.add(c.pg.lowerAllGatherInto(out, in))
+	return c.add(c.pg.lowerAllGatherInto(nil, out, in))
 }
 
 // ReduceScatter adds a list-form reduce-scatter (see ProcessGroup.ReduceScatter).
 func (c *Coalescer) ReduceScatter(out Buffer, in []Buffer, red ReduceOp) error {
-	return c.add(c.pg.lowerReduceScatter(out, in, red))
+	return c.add(c.pg.lowerReduceScatter(nil, out, in, red))
 }
 
 // ReduceScatterTensor adds a flat reduce-scatter (see ProcessGroup.ReduceScatterTensor).
 func (c *Coalescer) ReduceScatterTensor(out, in Buffer, red ReduceOp) error {
-	return c.add(c.pg.lowerReduceScatterTensor(out, in, red))
+	return c.add(c.pg.lowerReduceScatterTensor(nil, out, in, red))
 }
 
 // AllToAllSingle adds an all-to-all (see ProcessGroup.AllToAllSingle).
 func (c *Coalescer) AllToAllSingle(out, in Buffer, outSplits, inSplits []int) error {
-	return c.add(c.pg.lowerAllToAllSingle(out, in, outSplits, inSplits))
+	return c.add(c.pg.lowerAllToAllSingle(nil, out, in, outSplits, inSplits))
 }
 
 // Send adds a send of buf to dst (see ProcessGroup.ISend).
 func (c *Coalescer) Send(buf Buffer, dst, tag int) error {
-	return c.add(c.pg.lowerP2P(OpSend, buf, dst, tag, false))
+	return c.add(c.pg.lowerP2P(nil, OpSend, buf, dst, tag, false))
 }
 
 // Recv adds a receive into buf from src; AnySource is not allowed in a
 // coalesced block (see ProcessGroup.IRecv).
 func (c *Coalescer) Recv(buf Buffer, src, tag int) error {
-	return c.add(c.pg.lowerP2P(OpRecv, buf, src, tag, false))
+	return c.add(c.pg.lowerP2P(nil, OpRecv, buf, src, tag, false))
 }
 
 // Coalesce runs fn, which issues ops on c, and launches them as one
@@ -96,6 +96,7 @@ func (pg *ProcessGroup) Coalesce(ctx context.Context, fn func(c *Coalescer) erro
 	if w := pg.precheck(ctx, OpCoalesced); w != nil {
 		return w
 	}
+	cfg := ApplyOpOptions(opts)
 	c := &Coalescer{pg: pg}
 	err := fn(c)
 	c.done = true
@@ -108,7 +109,11 @@ func (pg *ProcessGroup) Coalesce(ctx context.Context, fn func(c *Coalescer) erro
 	if len(c.ops) == 0 {
 		return FailedWork(OpCoalesced, nil)
 	}
-	return pg.submit(ctx, coalesced(c.ops), opts)
+	var b *opBlock
+	if cfg.Blocking {
+		b = getBlock()
+	}
+	return pg.submit(ctx, coalesced(b, c.ops), cfg)
 }
 
 // UsesP2PSeq reports whether op takes the group's P2P sequence number

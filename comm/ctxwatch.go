@@ -53,7 +53,8 @@ type ctxLink struct {
 // NewCtxWatch returns a CtxWatch that calls fire, on a goroutine of its
 // own, with a ctx that is done and the Promises bound to it whose Works
 // had not completed when it ended (in bind order; fire must itself skip
-// those that complete meanwhile).
+// those that complete meanwhile). The Promises are held for fire's call
+// only (Promise.Retain): fire must not keep them after it returns.
 func NewCtxWatch(fire func(ctx context.Context, ps []*Promise)) *CtxWatch {
 	return &CtxWatch{entries: make(map[<-chan struct{}]*ctxEntry), fire: fire}
 }
@@ -134,7 +135,11 @@ func (cw *CtxWatch) unbind(p *Promise) {
 }
 
 // done runs when entry e's ctx (Done channel d) is done: it forgets the
-// entry, detaches its Works and hands those still in flight to fire.
+// entry, detaches its Works and hands those still in flight to fire. It
+// holds each one's Promise (Promise.Retain) until fire returns: a Work
+// detached here may complete meanwhile, and a blocking op's block must
+// not be reused under fire. A linked Work is held by its completion
+// (whose unbind needs cw.mu), so retaining it under cw.mu is sound.
 func (cw *CtxWatch) done(d <-chan struct{}, e *ctxEntry) {
 	cw.mu.Lock()
 	if cw.entries[d] == e {
@@ -145,6 +150,7 @@ func (cw *CtxWatch) done(d <-chan struct{}, e *ctxEntry) {
 		l := &p.w.bound
 		next := l.next
 		l.entry, l.prev, l.next = nil, nil, nil
+		p.Retain()
 		ps = append(ps, p)
 		p = next
 	}
@@ -152,6 +158,9 @@ func (cw *CtxWatch) done(d <-chan struct{}, e *ctxEntry) {
 	cw.mu.Unlock()
 	if len(ps) > 0 && cw.fire != nil {
 		cw.fire(e.ctx, ps)
+	}
+	for _, p := range ps {
+		p.Release()
 	}
 }
 

@@ -33,6 +33,17 @@
 // Promise and hand out its Work, as a torch comm hook returns a Future it
 // fulfils. FailedWork gives a Work already complete with an error.
 //
+// # Blocking ops
+//
+// With the Blocking option (torch's async_op=False) a ProcessGroup method
+// waits for its op and returns a completed Work. No handle to the op's own
+// Work escapes on success, so the op's block is reused for a later
+// blocking op once every runtime holder has released it (Promise.Retain,
+// Promise.Release; opblock.go): a small blocking op allocates nothing in
+// steady state. A runtime holder that keeps a Promise past the call that
+// handed it over must Retain it there and Release it once it no longer
+// reads or completes it.
+//
 // # The caller's duties
 //
 //  1. Issue the collectives of a group in the same order on every member:

@@ -92,11 +92,14 @@ type Op struct {
 	Children   []*Op // Coalesced
 	Timeout    time.Duration
 
-	one [1]Buffer // backing array of a single-buffer In (setIn), allocated with the Op
+	// one backs a single-buffer In (setIn), allocated (or recycled) with
+	// the Op; a blocking op's block also backs a single-buffer Out
+	// (setOut, pooledBlock).
+	one [1]Buffer
 
-	// promise is the unused Promise allocated with the Op by a
-	// ProcessGroup's lowering (newOp), for submit to take; nil for an Op
-	// built elsewhere.
+	// promise is the unused Promise allocated (or recycled) with the Op
+	// by a ProcessGroup's lowering (newOp), for submit to take; nil for
+	// an Op built elsewhere.
 	promise *Promise
 }
 
@@ -117,6 +120,19 @@ func (op *Op) SetIdentity(group uint64, epoch uint32, seq uint64) {
 func (op *Op) setIn(b Buffer) {
 	op.one[0] = b
 	op.In = op.one[:]
+}
+
+// setOut sets Out to the one buffer b: without a second allocation in a
+// blocking op's block (pooledBlock), in a slice of its own otherwise (an
+// async op's block stays within 512 bytes).
+func (op *Op) setOut(b Buffer) {
+	if op.promise != nil && op.promise.blk != nil {
+		pb := op.promise.blk
+		pb.out[0] = b
+		op.Out = pb.out[:]
+		return
+	}
+	op.Out = []Buffer{b}
 }
 
 // Chunk returns piece i of a list-or-flat buffer set: bufs[i] when there
@@ -203,25 +219,71 @@ func GroupHash(name string) uint64 {
 type OpConfig struct {
 	// Timeout overrides the group's timeout for this op (0: the group's).
 	Timeout time.Duration
+	// Blocking makes the ProcessGroup method wait for the op and return a
+	// completed Work (Blocking).
+	Blocking bool
 }
 
-// OpOption sets a per-op setting on a ProcessGroup call.
-type OpOption func(*OpConfig)
+// OpOption is one per-op setting of a ProcessGroup call, made by
+// WithOpTimeout or Blocking; later options override earlier ones of the
+// same kind, and the zero OpOption sets nothing. It is a small value
+// rather than a func, as functional options usually are, so that passing
+// options to an op allocates nothing: an option func would make the
+// OpConfig it fills escape to the heap on every call.
+type OpOption struct {
+	kind    optKind
+	timeout time.Duration
+}
+
+// optKind says which setting an OpOption carries.
+type optKind uint8
+
+const (
+	optNone optKind = iota
+	optTimeout
+	optBlocking
+)
 
 // WithOpTimeout overrides the group timeout for one op (c10d: the timeout
 // argument of a collective; here it also bounds P2P).
-func WithOpTimeout(d time.Duration) OpOption { return func(c *OpConfig) { c.Timeout = d } }
+func WithOpTimeout(d time.Duration) OpOption { return OpOption{kind: optTimeout, timeout: d} }
 
-// ApplyOpOptions folds opts into an OpConfig.
+// Blocking makes a ProcessGroup method run its op to completion before it
+// returns, as torch.distributed's collectives do with async_op=False
+// (their default): the method submits the op, waits for it with the ctx
+// it was given, exactly as Work.Wait(ctx) on the returned Work of the
+// async form would, and returns a completed Work. Its Err is what that
+// Wait would have returned:
+//   - success: a shared, read-only Work, already completed without error
+//     (the same *Work for every blocking op of a type): its OpType is the
+//     op's, but its Seq is 0, its Fingerprint zero and its Timings zero,
+//     not the op's;
+//   - the op failed: the op's own Work, with its error, Seq, Fingerprint
+//     and Timings;
+//   - ctx ended first: a Work failed with ctx's error, as Wait returns it;
+//     the op itself stays in flight under the communicator and the
+//     watchdog, as after an async op's Wait(ctx) returns early (a
+//     cancelled ctx aborts the communicator and fails the op with a
+//     *CanceledError; a ctx deadline is the op's timeout).
+//
+// The op's timeout, ctx and error semantics are those of the async form.
+// Since no handle to the op's own Work is given out on success, the
+// runtime recycles the memory of the op's descriptor and Work: a small
+// blocking op allocates nothing in steady state, where the async form
+// allocates one block per op (docs/semantics.md, "Blocking ops").
+func Blocking() OpOption { return OpOption{kind: optBlocking} }
+
+// ApplyOpOptions folds opts into an OpConfig, in order. It allocates
+// nothing.
 func ApplyOpOptions(opts []OpOption) OpConfig {
-	if len(opts) == 0 {
-		return OpConfig{} // no options: nothing escapes, nothing is allocated
-	}
-	c := new(OpConfig)
+	var c OpConfig
 	for _, o := range opts {
-		if o != nil {
-			o(c)
+		switch o.kind {
+		case optTimeout:
+			c.Timeout = o.timeout
+		case optBlocking:
+			c.Blocking = true
 		}
 	}
-	return *c
+	return c
 }

@@ -22,7 +22,7 @@ type P2POp struct {
 
 // lowerP2P lowers one Send or Recv. anyOK is false inside a batch
 // (BatchP2P, Coalesce), where AnySource is refused.
-func (pg *ProcessGroup) lowerP2P(t OpType, buf Buffer, peer, tag int, anyOK bool) (*Op, error) {
+func (pg *ProcessGroup) lowerP2P(b *opBlock, t OpType, buf Buffer, peer, tag int, anyOK bool) (*Op, error) {
 	if t != OpSend && t != OpRecv {
 		return nil, pg.argErr(t, "invalid P2P op type %v: expected SEND or RECV", t)
 	}
@@ -35,12 +35,12 @@ func (pg *ProcessGroup) lowerP2P(t OpType, buf Buffer, peer, tag int, anyOK bool
 	if err := pg.checkBuf(t, "buffer", buf); err != nil {
 		return nil, err
 	}
-	op := newOp(t, buf.DType(), 0, buf.Len(), peer)
+	op := newOp(b, t, buf.DType(), 0, buf.Len(), peer)
 	op.Root, op.Peer, op.Tag = -1, peer, tag
 	if t == OpSend {
-		op.In = []Buffer{buf}
+		op.setIn(buf)
 	} else {
-		op.Out = []Buffer{buf}
+		op.setOut(buf)
 	}
 	return op, nil
 }
@@ -51,8 +51,9 @@ func (pg *ProcessGroup) ISend(ctx context.Context, buf Buffer, dst, tag int, opt
 	if w := pg.precheck(ctx, OpSend); w != nil {
 		return w
 	}
-	op, err := pg.lowerP2P(OpSend, buf, dst, tag, false)
-	return pg.run(ctx, OpSend, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerP2P(b, OpSend, buf, dst, tag, false)
+	return pg.run(ctx, OpSend, op, err, cfg, b)
 }
 
 // IRecv receives into buf from group rank src (or AnySource) with tag,
@@ -62,8 +63,9 @@ func (pg *ProcessGroup) IRecv(ctx context.Context, buf Buffer, src, tag int, opt
 	if w := pg.precheck(ctx, OpRecv); w != nil {
 		return w
 	}
-	op, err := pg.lowerP2P(OpRecv, buf, src, tag, true)
-	return pg.run(ctx, OpRecv, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerP2P(b, OpRecv, buf, src, tag, true)
+	return pg.run(ctx, OpRecv, op, err, cfg, b)
 }
 
 // Send sends buf to dst with tag and waits for completion (torch send).
@@ -137,9 +139,9 @@ func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp, opts ...OpOpt
 		case p.Op != OpSend && p.Op != OpRecv:
 			err = pg.argErr(OpCoalesced, "op type is %v, expected SEND or RECV (a P2POp is one send or receive)", p.Op)
 		case p.Peer == pg.rank:
-			op, err = pg.lowerSelfP2P(p.Op, p.Buf, p.Tag)
+			op, err = pg.lowerSelfP2P(nil, p.Op, p.Buf, p.Tag)
 		default:
-			op, err = pg.lowerP2P(p.Op, p.Buf, p.Peer, p.Tag, false)
+			op, err = pg.lowerP2P(nil, p.Op, p.Buf, p.Peer, p.Tag, false)
 		}
 		if err != nil {
 			// Head the message with the call and name the entry: the
@@ -161,7 +163,8 @@ func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp, opts ...OpOpt
 		promises[i] = NewPromise(p.Op)
 		works[i] = promises[i].Work()
 	}
-	pg.submitThen(ctx, coalesced(children), opts, func(b *Work) {
+	cfg, blk := opSetup(opts)
+	pg.submitThen(ctx, coalesced(blk, children), cfg, func(b *Work) {
 		for i, p := range promises {
 			p.SetSeq(b.Seq())
 			if ops[i].Op == OpRecv && b.err == nil {
@@ -175,19 +178,19 @@ func (pg *ProcessGroup) BatchP2P(ctx context.Context, ops []P2POp, opts ...OpOpt
 
 // lowerSelfP2P lowers a send to or receive from the calling rank inside a
 // batch (checkSelfPairs then pairs them).
-func (pg *ProcessGroup) lowerSelfP2P(t OpType, buf Buffer, tag int) (*Op, error) {
+func (pg *ProcessGroup) lowerSelfP2P(b *opBlock, t OpType, buf Buffer, tag int) (*Op, error) {
 	if err := pg.checkTag(t, tag); err != nil {
 		return nil, err
 	}
 	if err := pg.checkBuf(t, "buffer", buf); err != nil {
 		return nil, err
 	}
-	op := newOp(t, buf.DType(), 0, buf.Len(), pg.rank)
+	op := newOp(b, t, buf.DType(), 0, buf.Len(), pg.rank)
 	op.Root, op.Peer, op.Tag = -1, pg.rank, tag
 	if t == OpSend {
-		op.In = []Buffer{buf}
+		op.setIn(buf)
 	} else {
-		op.Out = []Buffer{buf}
+		op.setOut(buf)
 	}
 	return op, nil
 }

@@ -318,10 +318,12 @@ func (pg *ProcessGroup) precheck(ctx context.Context, op OpType) *Work {
 	return nil
 }
 
-// submit applies opts (the op's timeout: WithOpTimeout, else the
-// group's) and hands op with ctx to the launcher. op's fingerprint already
-// holds the op's shape (type, dtype, count, root, reduce op); the
-// communicator actor fills in its identity (group hash, epoch, seq).
+// submit hands op with ctx to the launcher, with cfg from the call's
+// options: the op's timeout (WithOpTimeout, else the group's), and
+// whether the call blocks until the op completes (Blocking). op's
+// fingerprint already holds the op's shape (type, dtype, count, root,
+// reduce op); the communicator actor fills in its identity (group hash,
+// epoch, seq).
 //
 // ctx bounds the op after launch too; the
 // communicator owns that (Launcher.Submit):
@@ -331,14 +333,17 @@ func (pg *ProcessGroup) precheck(ctx context.Context, op OpType) *Work {
 //   - cancelling ctx before the Work completes fails it with a
 //     *CanceledError (wrapping ctx.Err()) and aborts the communicator,
 //     since a collective cannot be left half-done.
-func (pg *ProcessGroup) submit(ctx context.Context, op *Op, opts []OpOption) *Work {
-	return pg.submitThen(ctx, op, opts, nil)
+func (pg *ProcessGroup) submit(ctx context.Context, op *Op, cfg OpConfig) *Work {
+	return pg.submitThen(ctx, op, cfg, nil)
 }
 
 // submitThen is submit with then, if not nil, run once when the Work
-// completes (BatchP2P completes its per-op Works from it).
-func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption, then func(*Work)) *Work {
-	cfg := ApplyOpOptions(opts)
+// completes, before it is seen complete (BatchP2P completes its per-op
+// Works from it). A blocking call whose op lives in a pooled block
+// (opSetup) counts the Promise's holders (Promise.Retain), starting with
+// two: the caller, until its wait ends, and the op's completion, until
+// Complete returns (opblock.go).
+func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, cfg OpConfig, then func(*Work)) *Work {
 	op.Timeout = cfg.Timeout
 	if op.Timeout <= 0 {
 		op.Timeout = pg.Timeout()
@@ -350,10 +355,20 @@ func (pg *ProcessGroup) submitThen(ctx context.Context, op *Op, opts []OpOption,
 		op.promise = nil // taken: the Op now travels with it
 		p.init(op.Type)
 	}
+	if p.blk != nil { // a pooled block (opSetup)
+		if cfg.Blocking {
+			p.w.ref.Store(refStart)
+		} else {
+			p.w.ref.Store(refUncounted)
+		}
+	}
 	w := p.Work()
 	if then != nil {
 		w.after = func() { then(w) }
 	}
 	pg.launcher.Submit(ctx, op, p)
-	return w
+	if !cfg.Blocking {
+		return w
+	}
+	return await(ctx, p)
 }

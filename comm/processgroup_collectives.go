@@ -18,28 +18,32 @@ import "context"
 // V-variants, AllToAll and P2P carry none. Every buffer's shape is checked
 // (product equal to its length, no negative dimension) before launch.
 
-// opBlock is the one allocation of an op a ProcessGroup method lowers:
-// the descriptor and the Promise that submit hands to the launcher with it
-// (a child of a coalesced op leaves its Promise unused).
-type opBlock struct {
-	op Op
-	p  Promise
-}
-
-func newOp(t OpType, dt DType, red RedOpType, count int, root int) *Op {
-	b := &opBlock{op: Op{
-		FP:   Fingerprint{Op: t, DType: dt, RedOp: red, Count: int64(count), Root: int32(root)},
-		Type: t, Root: root, Peer: -1,
-	}}
+// newOp builds an op descriptor in block b (nil: a new block): the Op
+// with its shape fingerprint (no identity yet) and the unused Promise that
+// submit hands to the launcher with it (a child of a coalesced op leaves
+// its Promise unused). A blocking call's block comes from the pool
+// (opSetup) and goes back to it once nothing refers to it (opblock.go).
+func newOp(b *opBlock, t OpType, dt DType, red RedOpType, count int, root int) *Op {
+	fp := Fingerprint{Op: t, DType: dt, RedOp: red, Count: int64(count), Root: int32(root)}
+	if b == nil {
+		// Built in place by the allocation: no copy into the heap.
+		b = &opBlock{op: Op{FP: fp, Type: t, Root: root, Peer: -1}}
+	} else {
+		b.op = Op{FP: fp, Type: t, Root: root, Peer: -1}
+	}
 	b.op.promise = &b.p
 	return &b.op
 }
 
-func (pg *ProcessGroup) run(ctx context.Context, t OpType, op *Op, err error, opts []OpOption) *Work {
+// run submits op, lowered into block b with cfg from the call's options,
+// or returns a Work failed with the lowering's error (b then goes back to
+// the pool unused).
+func (pg *ProcessGroup) run(ctx context.Context, t OpType, op *Op, err error, cfg OpConfig, b *opBlock) *Work {
 	if err != nil {
+		b.discard()
 		return FailedWork(t, err)
 	}
-	return pg.submit(ctx, op, opts)
+	return pg.submit(ctx, op, cfg)
 }
 
 // AllReduce reduces buf across the group with red, in place; every rank
@@ -49,18 +53,19 @@ func (pg *ProcessGroup) AllReduce(ctx context.Context, buf Buffer, red ReduceOp,
 	if w := pg.precheck(ctx, OpAllReduce); w != nil {
 		return w
 	}
-	op, err := pg.lowerAllReduce(buf, red)
-	return pg.run(ctx, OpAllReduce, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerAllReduce(b, buf, red)
+	return pg.run(ctx, OpAllReduce, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerAllReduce(buf Buffer, red ReduceOp) (*Op, error) {
+func (pg *ProcessGroup) lowerAllReduce(b *opBlock, buf Buffer, red ReduceOp) (*Op, error) {
 	if err := pg.checkBuf(OpAllReduce, "buffer", buf); err != nil {
 		return nil, err
 	}
 	if err := pg.checkReduce(OpAllReduce, red, buf.DType()); err != nil {
 		return nil, err
 	}
-	op := newOp(OpAllReduce, buf.DType(), red.Type(), buf.Len(), -1)
+	op := newOp(b, OpAllReduce, buf.DType(), red.Type(), buf.Len(), -1)
 	op.FP.Shape = buf.ShapeKey()
 	op.Reduce = red.ForDType(buf.DType())
 	op.setIn(buf)
@@ -81,14 +86,15 @@ func (pg *ProcessGroup) AllReduceCoalesced(ctx context.Context, bufs []Buffer, r
 		return FailedWork(OpCoalesced, err)
 	}
 	children := make([]*Op, len(bufs))
-	for i, b := range bufs {
-		op, err := pg.lowerAllReduce(b, red)
+	for i, buf := range bufs {
+		op, err := pg.lowerAllReduce(nil, buf, red)
 		if err != nil {
 			return FailedWork(OpCoalesced, err)
 		}
 		children[i] = op
 	}
-	return pg.submit(ctx, coalesced(children), opts)
+	cfg, b := opSetup(opts)
+	return pg.submit(ctx, coalesced(b, children), cfg)
 }
 
 // Broadcast copies root's buf to every rank's buf (torch broadcast,
@@ -97,18 +103,19 @@ func (pg *ProcessGroup) Broadcast(ctx context.Context, buf Buffer, root int, opt
 	if w := pg.precheck(ctx, OpBroadcast); w != nil {
 		return w
 	}
-	op, err := pg.lowerBroadcast(buf, root)
-	return pg.run(ctx, OpBroadcast, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerBroadcast(b, buf, root)
+	return pg.run(ctx, OpBroadcast, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerBroadcast(buf Buffer, root int) (*Op, error) {
+func (pg *ProcessGroup) lowerBroadcast(b *opBlock, buf Buffer, root int) (*Op, error) {
 	if err := pg.checkRoot(OpBroadcast, root); err != nil {
 		return nil, err
 	}
 	if err := pg.checkBuf(OpBroadcast, "buffer", buf); err != nil {
 		return nil, err
 	}
-	op := newOp(OpBroadcast, buf.DType(), 0, buf.Len(), root)
+	op := newOp(b, OpBroadcast, buf.DType(), 0, buf.Len(), root)
 	op.FP.Shape = buf.ShapeKey()
 	op.setIn(buf)
 	return op, nil
@@ -120,11 +127,12 @@ func (pg *ProcessGroup) Reduce(ctx context.Context, buf Buffer, root int, red Re
 	if w := pg.precheck(ctx, OpReduce); w != nil {
 		return w
 	}
-	op, err := pg.lowerReduce(buf, root, red)
-	return pg.run(ctx, OpReduce, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerReduce(b, buf, root, red)
+	return pg.run(ctx, OpReduce, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerReduce(buf Buffer, root int, red ReduceOp) (*Op, error) {
+func (pg *ProcessGroup) lowerReduce(b *opBlock, buf Buffer, root int, red ReduceOp) (*Op, error) {
 	if err := pg.checkRoot(OpReduce, root); err != nil {
 		return nil, err
 	}
@@ -134,7 +142,7 @@ func (pg *ProcessGroup) lowerReduce(buf Buffer, root int, red ReduceOp) (*Op, er
 	if err := pg.checkReduce(OpReduce, red, buf.DType()); err != nil {
 		return nil, err
 	}
-	op := newOp(OpReduce, buf.DType(), red.Type(), buf.Len(), root)
+	op := newOp(b, OpReduce, buf.DType(), red.Type(), buf.Len(), root)
 	op.FP.Shape = buf.ShapeKey()
 	op.Reduce = red.ForDType(buf.DType())
 	op.setIn(buf)
@@ -156,11 +164,12 @@ func (pg *ProcessGroup) AllGather(ctx context.Context, out []Buffer, in Buffer, 
 	if w := pg.precheck(ctx, OpAllGather); w != nil {
 		return w
 	}
-	op, err := pg.lowerAllGather(out, in)
-	return pg.run(ctx, OpAllGather, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerAllGather(b, out, in)
+	return pg.run(ctx, OpAllGather, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerAllGather(out []Buffer, in Buffer) (*Op, error) {
+func (pg *ProcessGroup) lowerAllGather(b *opBlock, out []Buffer, in Buffer) (*Op, error) {
 	const t = OpAllGather
 	if err := pg.checkBuf(t, "input", in); err != nil {
 		return nil, err
@@ -175,11 +184,11 @@ func (pg *ProcessGroup) lowerAllGather(out []Buffer, in Buffer) (*Op, error) {
 		return nil, err
 	}
 	if !sameLen(out, in.Len()) {
-		return pg.lowerUneven(OpAllGatherV, out, in, ReduceOp{}), nil
+		return pg.lowerUneven(b, OpAllGatherV, out, in, ReduceOp{}), nil
 	}
-	op := newOp(t, in.DType(), 0, in.Len(), -1)
+	op := newOp(b, t, in.DType(), 0, in.Len(), -1)
 	op.FP.Shape = in.ShapeKey()
-	op.In = []Buffer{in}
+	op.setIn(in)
 	op.Out = append([]Buffer(nil), out...)
 	return op, nil
 }
@@ -201,23 +210,23 @@ func sameLen(bufs []Buffer, n int) bool {
 // buffer (the all-gather's input or the reduce-scatter's output). The
 // checks were made by the caller (list length, dtypes, list[rank] ==
 // one's length).
-func (pg *ProcessGroup) lowerUneven(t OpType, list []Buffer, one Buffer, red ReduceOp) *Op {
+func (pg *ProcessGroup) lowerUneven(b *opBlock, t OpType, list []Buffer, one Buffer, red ReduceOp) *Op {
 	counts := make([]int, len(list))
 	sum := 0
 	for i, b := range list {
 		counts[i] = b.Len()
 		sum += b.Len()
 	}
-	op := newOp(t, one.DType(), red.Type(), sum, -1)
+	op := newOp(b, t, one.DType(), red.Type(), sum, -1)
 	op.RecvCounts = counts
 	if t == OpAllGatherV {
-		op.In = []Buffer{one}
+		op.setIn(one)
 		op.Out = append([]Buffer(nil), list...)
 		return op
 	}
 	op.Reduce = red.ForDType(one.DType())
 	op.In = append([]Buffer(nil), list...)
-	op.Out = []Buffer{one}
+	op.setOut(one)
 	return op
 }
 
@@ -228,11 +237,12 @@ func (pg *ProcessGroup) AllGatherInto(ctx context.Context, out, in Buffer, opts 
 	if w := pg.precheck(ctx, OpAllGather); w != nil {
 		return w
 	}
-	op, err := pg.lowerAllGatherInto(out, in)
-	return pg.run(ctx, OpAllGather, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerAllGatherInto(b, out, in)
+	return pg.run(ctx, OpAllGather, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerAllGatherInto(out, in Buffer) (*Op, error) {
+func (pg *ProcessGroup) lowerAllGatherInto(b *opBlock, out, in Buffer) (*Op, error) {
 	const t = OpAllGather
 	if err := pg.checkBuf(t, "input", in); err != nil {
 		return nil, err
@@ -247,10 +257,10 @@ func (pg *ProcessGroup) lowerAllGatherInto(out, in Buffer) (*Op, error) {
 		return nil, pg.argErr(t, "output tensor size must be equal to world_size times input tensor size: output has %d elements, expected %d×%d = %d",
 			out.Len(), pg.size, in.Len(), pg.size*in.Len())
 	}
-	op := newOp(t, in.DType(), 0, in.Len(), -1)
+	op := newOp(b, t, in.DType(), 0, in.Len(), -1)
 	op.FP.Shape = in.ShapeKey()
-	op.In = []Buffer{in}
-	op.Out = []Buffer{out}
+	op.setIn(in)
+	op.setOut(out)
 	return op, nil
 }
 
@@ -262,11 +272,12 @@ func (pg *ProcessGroup) AllGatherV(ctx context.Context, out Buffer, in Buffer, c
 	if w := pg.precheck(ctx, OpAllGatherV); w != nil {
 		return w
 	}
-	op, err := pg.lowerAllGatherV(out, in, counts)
-	return pg.run(ctx, OpAllGatherV, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerAllGatherV(b, out, in, counts)
+	return pg.run(ctx, OpAllGatherV, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerAllGatherV(out, in Buffer, counts []int) (*Op, error) {
+func (pg *ProcessGroup) lowerAllGatherV(b *opBlock, out, in Buffer, counts []int) (*Op, error) {
 	const t = OpAllGatherV
 	sum, err := pg.checkCounts(t, "counts", counts)
 	if err != nil {
@@ -287,9 +298,9 @@ func (pg *ProcessGroup) lowerAllGatherV(out, in Buffer, counts []int) (*Op, erro
 	if err := pg.checkLen(t, "output", out, sum, "sum(counts)"); err != nil {
 		return nil, err
 	}
-	op := newOp(t, in.DType(), 0, sum, -1)
-	op.In = []Buffer{in}
-	op.Out = []Buffer{out}
+	op := newOp(b, t, in.DType(), 0, sum, -1)
+	op.setIn(in)
+	op.setOut(out)
 	op.RecvCounts = append([]int(nil), counts...)
 	return op, nil
 }
@@ -308,11 +319,12 @@ func (pg *ProcessGroup) ReduceScatter(ctx context.Context, out Buffer, in []Buff
 	if w := pg.precheck(ctx, OpReduceScatter); w != nil {
 		return w
 	}
-	op, err := pg.lowerReduceScatter(out, in, red)
-	return pg.run(ctx, OpReduceScatter, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerReduceScatter(b, out, in, red)
+	return pg.run(ctx, OpReduceScatter, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerReduceScatter(out Buffer, in []Buffer, red ReduceOp) (*Op, error) {
+func (pg *ProcessGroup) lowerReduceScatter(b *opBlock, out Buffer, in []Buffer, red ReduceOp) (*Op, error) {
 	const t = OpReduceScatter
 	if err := pg.checkBuf(t, "output", out); err != nil {
 		return nil, err
@@ -330,13 +342,13 @@ func (pg *ProcessGroup) lowerReduceScatter(out Buffer, in []Buffer, red ReduceOp
 		return nil, err
 	}
 	if !sameLen(in, out.Len()) {
-		return pg.lowerUneven(OpReduceScatterV, in, out, red), nil
+		return pg.lowerUneven(b, OpReduceScatterV, in, out, red), nil
 	}
-	op := newOp(t, out.DType(), red.Type(), out.Len(), -1)
+	op := newOp(b, t, out.DType(), red.Type(), out.Len(), -1)
 	op.FP.Shape = out.ShapeKey()
 	op.Reduce = red.ForDType(out.DType())
 	op.In = append([]Buffer(nil), in...)
-	op.Out = []Buffer{out}
+	op.setOut(out)
 	return op, nil
 }
 
@@ -347,11 +359,12 @@ func (pg *ProcessGroup) ReduceScatterTensor(ctx context.Context, out, in Buffer,
 	if w := pg.precheck(ctx, OpReduceScatter); w != nil {
 		return w
 	}
-	op, err := pg.lowerReduceScatterTensor(out, in, red)
-	return pg.run(ctx, OpReduceScatter, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerReduceScatterTensor(b, out, in, red)
+	return pg.run(ctx, OpReduceScatter, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerReduceScatterTensor(out, in Buffer, red ReduceOp) (*Op, error) {
+func (pg *ProcessGroup) lowerReduceScatterTensor(b *opBlock, out, in Buffer, red ReduceOp) (*Op, error) {
 	const t = OpReduceScatter
 	if err := pg.checkBuf(t, "input", in); err != nil {
 		return nil, err
@@ -369,11 +382,11 @@ func (pg *ProcessGroup) lowerReduceScatterTensor(out, in Buffer, red ReduceOp) (
 	if err := pg.checkReduce(t, red, out.DType()); err != nil {
 		return nil, err
 	}
-	op := newOp(t, out.DType(), red.Type(), out.Len(), -1)
+	op := newOp(b, t, out.DType(), red.Type(), out.Len(), -1)
 	op.FP.Shape = out.ShapeKey()
 	op.Reduce = red.ForDType(out.DType())
-	op.In = []Buffer{in}
-	op.Out = []Buffer{out}
+	op.setIn(in)
+	op.setOut(out)
 	return op, nil
 }
 
@@ -384,11 +397,12 @@ func (pg *ProcessGroup) ReduceScatterV(ctx context.Context, out, in Buffer, coun
 	if w := pg.precheck(ctx, OpReduceScatterV); w != nil {
 		return w
 	}
-	op, err := pg.lowerReduceScatterV(out, in, counts, red)
-	return pg.run(ctx, OpReduceScatterV, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerReduceScatterV(b, out, in, counts, red)
+	return pg.run(ctx, OpReduceScatterV, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerReduceScatterV(out, in Buffer, counts []int, red ReduceOp) (*Op, error) {
+func (pg *ProcessGroup) lowerReduceScatterV(b *opBlock, out, in Buffer, counts []int, red ReduceOp) (*Op, error) {
 	const t = OpReduceScatterV
 	sum, err := pg.checkCounts(t, "counts", counts)
 	if err != nil {
@@ -412,10 +426,10 @@ func (pg *ProcessGroup) lowerReduceScatterV(out, in Buffer, counts []int, red Re
 	if err := pg.checkReduce(t, red, out.DType()); err != nil {
 		return nil, err
 	}
-	op := newOp(t, out.DType(), red.Type(), sum, -1)
+	op := newOp(b, t, out.DType(), red.Type(), sum, -1)
 	op.Reduce = red.ForDType(out.DType())
-	op.In = []Buffer{in}
-	op.Out = []Buffer{out}
+	op.setIn(in)
+	op.setOut(out)
 	op.RecvCounts = append([]int(nil), counts...)
 	return op, nil
 }
@@ -428,8 +442,9 @@ func (pg *ProcessGroup) AllToAllSingle(ctx context.Context, out, in Buffer, outS
 	if w := pg.precheck(ctx, OpAllToAll); w != nil {
 		return w
 	}
-	op, err := pg.lowerAllToAllSingle(out, in, outSplits, inSplits)
-	return pg.run(ctx, OpAllToAll, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerAllToAllSingle(b, out, in, outSplits, inSplits)
+	return pg.run(ctx, OpAllToAll, op, err, cfg, b)
 }
 
 func (pg *ProcessGroup) splits(what string, b Buffer, splits []int) ([]int, error) {
@@ -454,7 +469,7 @@ func (pg *ProcessGroup) splits(what string, b Buffer, splits []int) ([]int, erro
 	return append([]int(nil), splits...), nil
 }
 
-func (pg *ProcessGroup) lowerAllToAllSingle(out, in Buffer, outSplits, inSplits []int) (*Op, error) {
+func (pg *ProcessGroup) lowerAllToAllSingle(b *opBlock, out, in Buffer, outSplits, inSplits []int) (*Op, error) {
 	const t = OpAllToAll
 	if err := pg.checkBuf(t, "input", in); err != nil {
 		return nil, err
@@ -473,9 +488,9 @@ func (pg *ProcessGroup) lowerAllToAllSingle(out, in Buffer, outSplits, inSplits 
 	if err != nil {
 		return nil, err
 	}
-	op := newOp(t, in.DType(), 0, 0, -1)
-	op.In = []Buffer{in}
-	op.Out = []Buffer{out}
+	op := newOp(b, t, in.DType(), 0, 0, -1)
+	op.setIn(in)
+	op.setOut(out)
 	op.SendCounts, op.RecvCounts = send, recv
 	return op, nil
 }
@@ -487,11 +502,12 @@ func (pg *ProcessGroup) AllToAll(ctx context.Context, out, in []Buffer, opts ...
 	if w := pg.precheck(ctx, OpAllToAll); w != nil {
 		return w
 	}
-	op, err := pg.lowerAllToAll(out, in)
-	return pg.run(ctx, OpAllToAll, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerAllToAll(b, out, in)
+	return pg.run(ctx, OpAllToAll, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerAllToAll(out, in []Buffer) (*Op, error) {
+func (pg *ProcessGroup) lowerAllToAll(b *opBlock, out, in []Buffer) (*Op, error) {
 	const t = OpAllToAll
 	if err := pg.checkListLen(t, "input list", len(in)); err != nil {
 		return nil, err
@@ -506,7 +522,7 @@ func (pg *ProcessGroup) lowerAllToAll(out, in []Buffer) (*Op, error) {
 	if err := pg.checkBufs(t, "output", out, dt); err != nil {
 		return nil, err
 	}
-	op := newOp(t, dt, 0, 0, -1)
+	op := newOp(b, t, dt, 0, 0, -1)
 	op.In = append([]Buffer(nil), in...)
 	op.Out = append([]Buffer(nil), out...)
 	op.SendCounts = make([]int, pg.size)
@@ -525,11 +541,12 @@ func (pg *ProcessGroup) Gather(ctx context.Context, out []Buffer, in Buffer, roo
 	if w := pg.precheck(ctx, OpGather); w != nil {
 		return w
 	}
-	op, err := pg.lowerGather(out, in, root)
-	return pg.run(ctx, OpGather, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerGather(b, out, in, root)
+	return pg.run(ctx, OpGather, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerGather(out []Buffer, in Buffer, root int) (*Op, error) {
+func (pg *ProcessGroup) lowerGather(b *opBlock, out []Buffer, in Buffer, root int) (*Op, error) {
 	const t = OpGather
 	if err := pg.checkRoot(t, root); err != nil {
 		return nil, err
@@ -537,9 +554,9 @@ func (pg *ProcessGroup) lowerGather(out []Buffer, in Buffer, root int) (*Op, err
 	if err := pg.checkBuf(t, "input", in); err != nil {
 		return nil, err
 	}
-	op := newOp(t, in.DType(), 0, in.Len(), root)
+	op := newOp(b, t, in.DType(), 0, in.Len(), root)
 	op.FP.Shape = in.ShapeKey()
-	op.In = []Buffer{in}
+	op.setIn(in)
 	if pg.rank != root {
 		if len(out) != 0 {
 			return nil, pg.argErr(t, "Argument gather_list must NOT be specified on non-destination ranks: got %d output buffers on rank %d, root is %d", len(out), pg.rank, root)
@@ -568,11 +585,12 @@ func (pg *ProcessGroup) Scatter(ctx context.Context, out Buffer, in []Buffer, ro
 	if w := pg.precheck(ctx, OpScatter); w != nil {
 		return w
 	}
-	op, err := pg.lowerScatter(out, in, root)
-	return pg.run(ctx, OpScatter, op, err, opts)
+	cfg, b := opSetup(opts)
+	op, err := pg.lowerScatter(b, out, in, root)
+	return pg.run(ctx, OpScatter, op, err, cfg, b)
 }
 
-func (pg *ProcessGroup) lowerScatter(out Buffer, in []Buffer, root int) (*Op, error) {
+func (pg *ProcessGroup) lowerScatter(b *opBlock, out Buffer, in []Buffer, root int) (*Op, error) {
 	const t = OpScatter
 	if err := pg.checkRoot(t, root); err != nil {
 		return nil, err
@@ -580,9 +598,9 @@ func (pg *ProcessGroup) lowerScatter(out Buffer, in []Buffer, root int) (*Op, er
 	if err := pg.checkBuf(t, "output", out); err != nil {
 		return nil, err
 	}
-	op := newOp(t, out.DType(), 0, out.Len(), root)
+	op := newOp(b, t, out.DType(), 0, out.Len(), root)
 	op.FP.Shape = out.ShapeKey()
-	op.Out = []Buffer{out}
+	op.setOut(out)
 	if pg.rank != root {
 		if len(in) != 0 {
 			return nil, pg.argErr(t, "Argument scatter_list must NOT be specified on non-source ranks: got %d input buffers on rank %d, root is %d", len(in), pg.rank, root)
@@ -610,14 +628,15 @@ func (pg *ProcessGroup) Barrier(ctx context.Context, opts ...OpOption) *Work {
 	if w := pg.precheck(ctx, OpBarrier); w != nil {
 		return w
 	}
-	return pg.submit(ctx, newOp(OpBarrier, 0, 0, 0, -1), opts)
+	cfg, b := opSetup(opts)
+	return pg.submit(ctx, newOp(b, OpBarrier, 0, 0, 0, -1), cfg)
 }
 
-// coalesced wraps children into one OpCoalesced. Its fingerprint carries
-// the children's common dtype and reduce op (0 when they differ) and the
-// sum of their counts.
-func coalesced(children []*Op) *Op {
-	op := newOp(OpCoalesced, 0, 0, 0, -1)
+// coalesced wraps children into one OpCoalesced, built in block b (nil: a
+// new one). Its fingerprint carries the children's common dtype and
+// reduce op (0 when they differ) and the sum of their counts.
+func coalesced(b *opBlock, children []*Op) *Op {
+	op := newOp(b, OpCoalesced, 0, 0, 0, -1)
 	op.Children = children
 	var count int64
 	for i, c := range children {

@@ -13,11 +13,16 @@ import (
 // communicator actor, the engine, the watchdog, a comm hook), completes
 // it. A Work completes exactly once. Safe for concurrent use.
 type Work struct {
-	op     OpType
-	state  atomic.Uint32 // workPending, workCompleting, workDone
+	state atomic.Uint32 // workPending, workCompleting, workDone (workFreed: see opblock.go)
+	// ref counts the holders of a blocking op's Promise (opblock.go):
+	// refUncounted for every other Promise, n ≥ 1 while held, refFreed
+	// once released to the pool. It lives in the Work, beside state, so
+	// that an async op's block stays within 512 bytes.
+	ref    atomic.Int32
+	source atomic.Int32  // sending rank of a Recv (AnySource resolves here)
+	op     OpType        // beside source: the two share 8 bytes
 	seq    atomic.Uint64 // published after fp (SetFingerprint)
 	fp     Fingerprint   // the op's identity, written once before seq
-	source atomic.Int64  // sending rank of a Recv (AnySource resolves here)
 	err    error         // written by the completing call before state becomes workDone
 	// done is the channel Done returns and a blocked Wait waits on,
 	// created only when one is needed before completion (most small ops
@@ -36,7 +41,8 @@ type Work struct {
 	bw *blockingWait
 
 	// after, if set before the Work is handed out, runs once when it
-	// completes (ProcessGroup.submitThen: BatchP2P's per-op Works).
+	// completes, before it is seen complete (ProcessGroup.submitThen:
+	// BatchP2P's per-op Works).
 	after func()
 
 	// spin (SetSpinWait, nanoseconds): how long Wait polls before blocking.
@@ -65,11 +71,14 @@ type blockingWait struct {
 
 // The states of Work.state: a Work is completed once, by the Complete
 // call that moves it from workPending to workCompleting; it is complete
-// (err readable, IsCompleted true) from workDone on.
+// (err readable, IsCompleted true) from workDone on. workFreed marks the
+// Work of an op block released to the pool (opblock.go) until it is
+// reused: reading it then is a use after release, and panics.
 const (
 	workPending uint32 = iota
 	workCompleting
 	workDone
+	workFreed
 )
 
 // closedChan is the Done channel of every Work that completed before
@@ -96,9 +105,18 @@ func now() int64 { return max(int64(time.Since(clockBase)), 1) }
 // returned by ProcessGroup methods, whose callers get the read-only Work.
 // The Work lives inside the Promise, and a ProcessGroup op's Promise
 // lives in one allocation with its Op (newOp): a small op on the public
-// path allocates that block and nothing else.
+// path allocates that block and nothing else, and a blocking one
+// (Blocking) reuses a block released by an earlier one.
+//
+// A blocking op's Promise counts its holders, so that its block is reused
+// only once nothing refers to it: see Retain and Release, which every
+// runtime holder that keeps p past the call that handed it over (the
+// watchdog, the flight recorder, the communicator's launch queue and its
+// ctx watch) pairs. Every other Promise is not counted: Retain and Release
+// do nothing on it, and it is never reused.
 type Promise struct {
-	w Work
+	w   Work         // its ref counts the holders of a blocking op's Promise
+	blk *pooledBlock // the pooled block p lives in; nil if p is never reused
 }
 
 // NewPromise returns a Promise for an incomplete Work of op. The
@@ -112,7 +130,8 @@ func NewPromise(op OpType) *Promise {
 	return p
 }
 
-// init readies p, zero until now, for an incomplete Work of op.
+// init readies p, zero until now (or taken from the pool: getBlock), for
+// an incomplete Work of op.
 func (p *Promise) init(op OpType) {
 	p.w.op = op
 	p.w.created = now()
@@ -292,7 +311,16 @@ func (w *Work) doneChan() <-chan struct{} {
 }
 
 // IsCompleted reports whether the Work has completed (c10d is_completed).
-func (w *Work) IsCompleted() bool { return w.state.Load() == workDone }
+func (w *Work) IsCompleted() bool {
+	s := w.state.Load()
+	if s == workDone {
+		return true
+	}
+	if s == workFreed {
+		panicFreed()
+	}
+	return false
+}
 
 // IsSuccess reports whether the Work completed without error (c10d
 // is_success); false while it is in flight.
@@ -345,7 +373,7 @@ func (w *Work) OpType() OpType { return w.op }
 func (w *Work) Source() int { return int(w.source.Load()) }
 
 // SetSource records a Recv's sending rank; called by engines before Complete.
-func (p *Promise) SetSource(rank int) { p.w.source.Store(int64(rank)) }
+func (p *Promise) SetSource(rank int) { p.w.source.Store(int32(rank)) }
 
 // MarkStarted records the time the engine began the op; called by engines.
 // Only the first call has an effect.
@@ -381,29 +409,59 @@ func (p *Promise) complete(err error) bool {
 	}
 	w.err = err
 	w.completed.Store(now())
+	if w.after != nil {
+		w.after() // before the Work is seen complete: its waiter sees its effects
+	}
 	w.state.Store(workDone)
 	if c := w.done.Swap(closedChan); c != nil && c != closedChan {
 		close(*c)
 	}
-	if w.after != nil {
-		w.after()
-	}
 	if cw := w.bound.watch.Load(); cw != nil {
 		cw.unbind(p)
 	}
+	p.Release() // the completion's reference (a recycled block's, opblock.go)
 	return true
 }
 
 // awaitDone waits for a completion already under way (a Complete call
 // between its two state changes) to finish; it never waits for the op.
 func (w *Work) awaitDone() {
-	for w.state.Load() != workDone {
+	for {
+		switch w.state.Load() {
+		case workDone:
+			return
+		case workFreed:
+			panicFreed()
+		}
 		runtime.Gosched()
 	}
 }
 
+// clockBaseUnix is clockBase in Unix nanoseconds.
+var clockBaseUnix = clockBase.UnixNano()
+
+// UnixNanos returns the Work's timestamps in Unix nanoseconds, 0 meaning
+// "not yet": Timings' times as t.UnixNano() gives them, without building
+// time.Time values (the flight recorder copies them per op).
+func (w *Work) UnixNanos() (created, started, completed int64) {
+	if w.state.Load() == workFreed {
+		panicFreed()
+	}
+	created = clockBaseUnix + w.created
+	if s := w.started.Load(); s != 0 {
+		started = clockBaseUnix + s
+	}
+	if c := w.completed.Load(); c != 0 {
+		completed = clockBaseUnix + c
+	}
+	return created, started, completed
+}
+
 // Timings returns the Work's timestamps.
 func (w *Work) Timings() Timings {
+	if w.state.Load() == workFreed {
+		panicFreed()
+	}
 	t := Timings{Created: clockBase.Add(time.Duration(w.created))}
 	if s := w.started.Load(); s != 0 {
 		t.Started = clockBase.Add(time.Duration(s))

@@ -53,6 +53,12 @@
 #   ITERS_SMALL [1000] WARMUP_SMALL [100]: sizes below 1 MiB
 #   ITERS_LARGE [20] WARMUP_LARGE [3]: sizes from 1 MiB
 #   PEERS ["ranktree gloo openmpi"]   BASE_REV [unset]: adds ranktree-base
+#   BLOCKING [unset: each build's default]: true or false, passed as
+#                 --blocking=$BLOCKING to every allreduce-bench build that has the
+#                 flag (a build from before it, e.g. an older BASE_REV, runs the
+#                 async form, AllReduce(...).Wait; its records have no "blocking"
+#                 key). The default is the blocking form (comm.Blocking), timed
+#                 as MPI_Allreduce and torch's default all_reduce are
 #   LATE [0; 1: the late-arrival pass]  LATE_SIZES [$SIZES]  LATE_ITERS [20]
 #   LATE_WARMUP [3]  LATE_US [5000]  LATE_ROUNDS [1]
 #   LAUNCH_BENCH [0: skip the actors benchmark]  LAUNCH_COUNT [3]
@@ -78,6 +84,7 @@ SIZES=${SIZES:-4..64MiB}
 WORLDS=${WORLDS:-2 3 4}
 TRANSPORTS=${TRANSPORTS:-shm tcp}
 BASE_REV=${BASE_REV:-}
+BLOCKING=${BLOCKING:-}
 PEERS=${PEERS:-ranktree gloo openmpi}
 ITERS_SMALL=${ITERS_SMALL:-1000}
 WARMUP_SMALL=${WARMUP_SMALL:-100}
@@ -130,10 +137,23 @@ record() {
 	fi
 }
 
+# blocking_flag BINDIR: --blocking=$BLOCKING if BLOCKING is set and
+# BINDIR's allreduce-bench has the flag (older builds do not), else nothing.
+blocking_flag() {
+	[ -n "$BLOCKING" ] || return 0
+	local usage
+	usage=$("$1/allreduce-bench" -h 2>&1 || true) # -h exits 2
+	case $usage in
+	*-blocking*) echo "--blocking=$BLOCKING" ;;
+	esac
+}
+
 # ranktree_with NAME BINDIR ROUND: allreduce-bench from BINDIR, every
 # collective and transport.
 ranktree_with() {
 	local tr coll
+	local bflag=()
+	mapfile -t bflag < <(blocking_flag "$2")
 	for coll in $COLLECTIVES; do
 		for tr in $TRANSPORTS; do
 			local lg="$OUT/raw/$1-$coll-$tr-w$NPROC-r$3.log"
@@ -142,12 +162,12 @@ ranktree_with() {
 			if [ -n "$SMALL_SIZES" ]; then
 				timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
 					--collective "$coll" --op sum --dtype float32 --sizes "$SMALL_SIZES" \
-					--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" --json >>"$lg" 2>&1 || true
+					--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" "${bflag[@]}" --json >>"$lg" 2>&1 || true
 			fi
 			if [ -n "$LARGE_SIZES" ]; then
 				timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
 					--collective "$coll" --op sum --dtype float32 --sizes "$LARGE_SIZES" \
-					--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" --json >>"$lg" 2>&1 || true
+					--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" "${bflag[@]}" --json >>"$lg" 2>&1 || true
 			fi
 			record "$1" "$tr" "$3" "$coll" "$lg"
 		done
@@ -194,9 +214,11 @@ run_openmpi() { # ROUND
 run_late() {
 	local lg="$OUT/raw/late-r$1.log" NPROC=2
 	log "late arrival: rank 1 ${LATE_US} us late, shm, 2 ranks, round $1"
+	local bflag=()
+	mapfile -t bflag < <(blocking_flag "$OUT/bin")
 	timeout "$RUN_TIMEOUT" "$OUT/bin/rankrunner" --nproc-per-node 2 "$OUT/bin/allreduce-bench" \
 		--collective allreduce --op sum --dtype float32 --sizes "$LATE_SIZES" --iters "$LATE_ITERS" \
-		--warmup "$LATE_WARMUP" --transport shm --late-rank 1 --late-us "$LATE_US" --json >"$lg" 2>&1 || true
+		--warmup "$LATE_WARMUP" --transport shm --late-rank 1 --late-us "$LATE_US" "${bflag[@]}" --json >"$lg" 2>&1 || true
 	record ranktree shm "$1" allreduce "$lg" "$OUT/raw/late.jsonl"
 }
 
@@ -220,7 +242,7 @@ write_meta() {
 		CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
 		GITREV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
 		NOTES="${NOTES:-}" DATE="$START" NPROCS="$(nproc)" HOST="$(hostname)" OUTDIR="$OUT" \
-		WORLD="${WORLDS%% *}" WORLDS="$WORLDS" SIZES="$SIZES" BASE_REV="$BASE_REV" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
+		WORLD="${WORLDS%% *}" WORLDS="$WORLDS" SIZES="$SIZES" BASE_REV="$BASE_REV" BLOCKING="$BLOCKING" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
 		COLLS="$COLLECTIVES" LATE="$LATE" LATE_SETTINGS="sizes $LATE_SIZES, $LATE_ITERS iters + $LATE_WARMUP warm-up, $LATE_US us, $LATE_ROUNDS rounds" \
 		"$PY" - <<'PYEOF'
 import json, os
@@ -231,6 +253,7 @@ meta = {
     "go": e["GOVER"], "torch": e["TORCHVER"], "openmpi": e["OMPIVER"], "mpi4py": e["MPI4PYVER"],
     "numpy": e["NUMPYVER"], "git": e["GITREV"], "world_size": int(e["WORLD"]), "rounds": int(e["R"]),
     "worlds": e["WORLDS"], "sizes": e["SIZES"], "base_rev": e["BASE_REV"],
+    "blocking": e["BLOCKING"] or "default",
     "iters_small": int(e["IS"]), "warmup_small": int(e["WS"]),
     "iters_large": int(e["IL"]), "warmup_large": int(e["WL"]), "notes": e["NOTES"],
     "collectives": e["COLLS"], "late": e["LATE_SETTINGS"] if e["LATE"] == "1" else "",

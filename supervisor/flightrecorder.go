@@ -117,6 +117,13 @@ type RecorderConfig struct {
 // recent and still in the CPU's caches (foldEnded), else when it is
 // evicted. Entries, with their strings, times and shapes, are built at
 // Dump time.
+//
+// A slot reads its Work only while the Work is in flight: once it has
+// ended, the slot copies its final state (times and error) in and drops
+// it (endSlot), at the fold or at the eviction. The Observer's slots hold
+// their op's Promise (Promise.Retain) until then, so that a blocking op's
+// block (comm.Blocking), recycled once nothing holds it, is never reused
+// under a slot.
 type FlightRecorder struct {
 	mu     sync.Mutex
 	cfg    RecorderConfig
@@ -130,17 +137,28 @@ const slotCounts = 2
 
 // slot is one recorded op, in the raw form Record copies (see
 // FlightRecorder); entryState and entryNow turn it into an Entry. It holds
-// only what every record needs, in 120 bytes (two cache lines: a full
+// only what every record needs, in 128 bytes (two cache lines: a full
 // ring's oldest slot, which Record overwrites, has long left the caches).
+// The final state of a Work that ended while recent lives beside it, in
+// the ring's ends.
 type slot struct {
 	id      uint64
-	w       *comm.Work   // nil: a record without a Work, whose state is in man
-	man     *manualState // the state of a record without a Work (SetState)
+	w       *comm.Work    // nil: a record without a Work (its state is in man), or ended
+	p       *comm.Promise // w's Promise if the slot holds it (Observer, counted), else nil
+	man     *manualState  // the state of a record without a Work (SetState)
 	fp      comm.Fingerprint
 	timeout time.Duration
 	nIn, n  int32 // counts[:nIn] are inputs, the rest outputs; n buffer lengths in all
 	typ     comm.OpType
 	inline  [slotCounts]int64
+}
+
+// slotEnd is the final state of a slot's Work, copied in when the Work
+// ended while the slot was recent (foldEnded, endSlot): times in Unix ns,
+// and its error.
+type slotEnd struct {
+	created, started, completed int64
+	err                         error
 }
 
 // manualState is the state of a record without a Work, as SetState sets it.
@@ -156,8 +174,10 @@ type ring struct {
 	next   int // index of the next write
 	n      int // live slots
 	// folded[i]: slot i's Work had ended when it was folded into status
-	// (foldEnded), so its eviction need not read the slot again.
+	// (foldEnded), so its eviction need not read the slot again; its final
+	// state is then ends[i], and the slot no longer holds the Work.
 	folded []bool
+	ends   []slotEnd
 	// more[i] holds slot i's buffer lengths when they are more than
 	// slotCounts (nil until an op needs it; kept across laps).
 	more [][]int64
@@ -201,7 +221,7 @@ func (r *FlightRecorder) ring(group string) *ring {
 	g := r.groups[group]
 	if g == nil {
 		n := max(r.cfg.Capacity, 0)
-		g = &ring{status: GroupStatus{Group: group, GroupRank: -1}, slots: make([]slot, n), folded: make([]bool, n)}
+		g = &ring{status: GroupStatus{Group: group, GroupRank: -1}, slots: make([]slot, n), folded: make([]bool, n), ends: make([]slotEnd, n)}
 		r.groups[group] = g
 	}
 	return g
@@ -213,14 +233,27 @@ func (r *FlightRecorder) ring(group string) *ring {
 // (without a Work, SetState sets them). For Send/Recv op.FP.Seq is the
 // P2P seq. With a Work it allocates nothing once the group's ring exists
 // (see FlightRecorder).
+//
+// The recorder reads w until it has ended; a Work whose block may be
+// reused (a blocking op's) must be recorded through its Promise, by the
+// Observer.
 func (r *FlightRecorder) Record(group string, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.record(r.ring(group), op, w, timeout)
+	return r.record(r.ring(group), op, w, nil, timeout)
 }
 
-// record is Record into group ring g, with r.mu held.
-func (r *FlightRecorder) record(g *ring, op *comm.Op, w *comm.Work, timeout time.Duration) uint64 {
+// recordHeld is Record of p's Work, which the slot holds (Promise.Retain)
+// until the Work has ended.
+func (r *FlightRecorder) recordHeld(group string, op *comm.Op, p *comm.Promise, timeout time.Duration) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.record(r.ring(group), op, p.Work(), p, timeout)
+}
+
+// record is Record into group ring g, with r.mu held; p, if not nil, is
+// w's Promise, which the slot then holds.
+func (r *FlightRecorder) record(g *ring, op *comm.Op, w *comm.Work, p *comm.Promise, timeout time.Duration) uint64 {
 	p2p := op.Type.IsP2P()
 	group := g.status.Group
 	r.nextID++
@@ -246,11 +279,15 @@ func (r *FlightRecorder) record(g *ring, op *comm.Op, w *comm.Work, timeout time
 		if !g.folded[i] {
 			g.foldSlot(&g.slots[i])
 		}
+		g.slots[i].drop()
 		g.status.Evicted++
 	} else {
 		g.n++
 	}
-	g.slots[i] = slot{id: id, fp: op.FP, typ: op.Type, timeout: timeout, w: w}
+	if p != nil && !p.Retain() {
+		p = nil // not counted: nothing to release
+	}
+	g.slots[i] = slot{id: id, fp: op.FP, typ: op.Type, timeout: timeout, w: w, p: p}
 	g.folded[i] = false
 	if w == nil {
 		g.slots[i].man = &manualState{created: r.cfg.Now().UnixNano(), state: actors.StateScheduled}
@@ -288,9 +325,39 @@ func (g *ring) foldEnded() {
 		}
 		if s := &g.slots[i]; s.w != nil && s.w.IsCompleted() {
 			g.foldSlot(s)
+			g.endSlot(i)
 			g.folded[i] = true
 		}
 	}
+}
+
+// endSlot copies the final state of slot i's Work, which has ended, into
+// ends[i] and drops the Work (releasing its Promise if the slot held it):
+// from then on the slot is read alone.
+func (g *ring) endSlot(i int) {
+	s, e := &g.slots[i], &g.ends[i]
+	e.created, e.started, e.completed = s.w.UnixNanos()
+	e.err = s.w.Err()
+	s.drop()
+}
+
+// endOf is slot i's final state if its Work ended while recent (endSlot),
+// else nil.
+func (g *ring) endOf(i int) *slotEnd {
+	if g.folded[i] && g.slots[i].w == nil && g.slots[i].man == nil {
+		return &g.ends[i]
+	}
+	return nil
+}
+
+// drop lets go of the slot's Work: before the slot is overwritten, or
+// once its state is copied (end).
+func (s *slot) drop() {
+	if s.p != nil {
+		s.p.Release()
+		s.p = nil
+	}
+	s.w = nil
 }
 
 // SetState records a state change for an entry recorded without a Work
@@ -386,7 +453,7 @@ func shapes(counts []int64, dtype string) ([][]int64, []string) {
 // read from its Work.
 func (g *ring) entryNow(i int) Entry {
 	s := &g.slots[i]
-	e := entryState(g.status.Group, s)
+	e := entryStateEnd(g.status.Group, s, g.endOf(i))
 	c := g.counts(i)
 	e.InputSizes, e.InputDTypes = shapes(c[:s.nIn], e.DType)
 	e.OutputSizes, e.OutputDTypes = shapes(c[s.nIn:], e.DType)
@@ -395,12 +462,24 @@ func (g *ring) entryNow(i int) Entry {
 
 // entryState is the entry (without buffer shapes) of slot s of group, with
 // state and times read from its Work.
-func entryState(group string, s *slot) Entry {
+func entryState(group string, s *slot) Entry { return entryStateEnd(group, s, nil) }
+
+// entryStateEnd is entryState, with state and times from end instead if
+// the slot's Work has ended and dropped (not nil).
+func entryStateEnd(group string, s *slot, end *slotEnd) Entry {
 	fp := s.fp
 	e := Entry{RecordID: s.id, Group: group, Epoch: fp.Epoch, Op: s.typ.String(), IsP2P: s.typ.IsP2P(),
 		DType: fp.DType.String(), Count: fp.Count, Root: fp.Root, TimeoutMS: s.timeout.Milliseconds()}
 	if m := s.man; m != nil {
 		e.State, e.TimeCreatedNS, e.TimeStartedNS, e.TimeCompletedNS, e.Error = m.state, m.created, m.started, m.completed, m.err
+	}
+	if end != nil {
+		e.State = actors.StateCompleted
+		e.TimeCreatedNS, e.TimeStartedNS, e.TimeCompletedNS = end.created, end.started, end.completed
+		if end.err != nil {
+			e.State = actors.StateFailed
+			e.Error = end.err.Error()
+		}
 	}
 	if s.w != nil {
 		e.State = actors.StateScheduled
@@ -666,7 +745,7 @@ func (r *FlightRecorder) Observer(group string, groupTimeout func() time.Duratio
 			d = groupTimeout()
 		}
 		r.mu.Lock()
-		r.record(g, op, p.Work(), d)
+		r.record(g, op, p.Work(), p, d)
 		r.mu.Unlock()
 	})
 }

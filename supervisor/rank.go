@@ -303,7 +303,7 @@ func (r *Rank) DetachGroup(group string) { r.Watchdog.Deregister(group) }
 // watchdog (which fails it through p at its deadline), with the flight
 // recorder's record.
 func (r *Rank) Track(group string, op *comm.Op, p *comm.Promise) {
-	r.Recorder.Record(group, op, p.Work(), op.Timeout)
+	r.Recorder.recordHeld(group, op, p, op.Timeout)
 	r.Watchdog.Track(group, op.FP, op.Timeout, p)
 }
 

@@ -87,6 +87,10 @@ type WatchdogConfig struct {
 // actor too, so a Work launched on it fails at once (c10d fails such Works
 // immediately).
 //
+// Every Promise the watchdog keeps (in the inbox, in flight, as a group's
+// newest) it holds (comm.Promise.Retain) until it forgets it, so that a
+// blocking op's block (comm.Blocking) is never reused under it.
+//
 // At the drain, a Work that has already completed successfully (at a high
 // op rate, nearly all of them) never enters the core's map or deadline
 // heap: only its group's sequence watermarks move (WatchdogCore.Finished)
@@ -138,10 +142,15 @@ type Watchdog struct {
 
 // inMsg is one inbox entry: a TrackWork (ctl nil), or a control message
 // (RegisterGroup, DeregisterGroup, SetGroupTimeout). Tracks are kept by
-// value so that Track allocates nothing.
+// value so that Track allocates nothing. A track holds its Promise
+// (Promise.Retain; held: it is counted) from Track until the drain has
+// handled its batch; kept says that the drain passed that reference on to
+// the group's Works in flight instead (track).
 type inMsg struct {
 	track TrackWork
 	ctl   any
+	held  bool
+	kept  bool
 }
 
 type watchedGroup struct {
@@ -264,8 +273,9 @@ func (wd *Watchdog) SetTimeout(group string, d time.Duration) {
 // no goroutine but once every drainBatch Works: the watchdog picks the
 // Work up at its next tick or drain (see Watchdog).
 func (wd *Watchdog) Track(group string, fp comm.Fingerprint, timeout time.Duration, p *comm.Promise) {
+	held := p.Retain() // the inbox's reference, until the drain (see inMsg)
 	wd.inMu.Lock()
-	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}})
+	wd.inbox = append(wd.inbox, inMsg{track: TrackWork{Group: group, FP: fp, Timeout: timeout, Promise: p}, held: held})
 	n := len(wd.inbox)
 	wd.inMu.Unlock()
 	if (n == drainBatch || wd.aborted.Load()) && wd.pid != nil {
@@ -309,10 +319,11 @@ func (wd *Watchdog) drain() {
 			if m := &batch[i]; m.ctl != nil {
 				wd.handle(m.ctl)
 			} else {
-				wd.track(&m.track, i)
+				m.kept = wd.track(&m.track, m.held, i)
 			}
 		}
 		wd.noteNewest(batch)
+		releaseBatch(batch)
 		clear(batch)
 		wd.spare = batch[:0]
 	}
@@ -400,7 +411,8 @@ func (wd *Watchdog) handle(msg any) {
 			defer close(m.done)
 		}
 		delete(wd.groups, m.Group)
-		if _, ok := wd.flights[m.Group]; ok {
+		if f, ok := wd.flights[m.Group]; ok {
+			f.drop()
 			delete(wd.flights, m.Group)
 			wd.lastF = nil
 			if i, ok := slices.BinarySearch(wd.fnames, m.Group); ok {
@@ -411,10 +423,11 @@ func (wd *Watchdog) handle(msg any) {
 	case SetGroupTimeout:
 		wd.apply(wd.core.Step(EvSetTimeout{Group: m.Group, Timeout: m.Timeout}))
 	case TrackWork: // sent as a message rather than through Track: a batch of one
-		batch := []inMsg{{track: m}}
+		batch := []inMsg{{track: m, held: m.Promise.Retain()}} // as Track does
 		wd.newBatch(1)
-		wd.track(&batch[0].track, 0)
+		batch[0].kept = wd.track(&batch[0].track, batch[0].held, 0)
 		wd.noteNewest(batch)
+		releaseBatch(batch)
 	}
 }
 

@@ -118,7 +118,10 @@ func (s *sampling) published(admitted bool, dur time.Duration, err error) bool {
 	return admitted || err != nil || (s.on && s.slow > 0 && dur >= s.slow)
 }
 
-// watched is a Work the watchdog tracks, or has just seen end.
+// watched is a Work the watchdog tracks, or has just seen end. Each one
+// in a flight's ws, and its newest, holds its Promise (Promise.Retain)
+// until it leaves (compact, publishNewest, drop), so that a blocking op's
+// block is not reused while the watchdog may read or fail it.
 type watched struct {
 	id      WorkID
 	p       *comm.Promise // the watchdog fails the Work through it
@@ -128,6 +131,14 @@ type watched struct {
 	started bool
 	gone    bool // finished or dropped: removed at the group's next compaction
 	events  bool // admitted by the sampling: all its events are published
+	held    bool // p is counted: the entry holds a reference (Promise.Retain)
+}
+
+// release drops the entry's reference to its Promise, if it holds one.
+func (w *watched) release() {
+	if w.held {
+		w.p.Release()
+	}
 }
 
 // flight is one group's Works in flight, in tracking (id) order, and its
@@ -157,16 +168,44 @@ func (f *flight) find(id WorkID) *watched {
 	return &f.ws[i]
 }
 
-// compact removes gone Works, keeping the order and the slice's memory.
+// compact removes gone Works, keeping the order and the slice's memory,
+// and releases them.
 func (f *flight) compact() {
 	keep := f.ws[:0]
 	for _, w := range f.ws {
 		if !w.gone {
 			keep = append(keep, w)
+		} else {
+			w.release()
 		}
 	}
 	clear(f.ws[len(keep):])
 	f.ws = keep
+}
+
+// drop releases every Work f holds, the group being forgotten.
+func (f *flight) drop() {
+	for i := range f.ws {
+		f.ws[i].release()
+	}
+	clear(f.ws)
+	f.ws = f.ws[:0]
+	if f.newest.id != 0 {
+		f.newest.release()
+		f.newest = watched{}
+	}
+}
+
+// releaseBatch releases the Promises of an inbox batch's tracks that the
+// drain did not keep (inMsg), after noteNewest took its own references.
+// It touches no uncounted Promise (an async op's Work, long out of the
+// caches by now).
+func releaseBatch(batch []inMsg) {
+	for i := range batch {
+		if m := &batch[i]; m.held && !m.kept {
+			m.track.Promise.Release()
+		}
+	}
 }
 
 // flight is group's flight, created on first use (actor only).
@@ -188,8 +227,9 @@ func (wd *Watchdog) flight(group string) *flight {
 // track is the watchdog's first look at a Work, the i-th message of the
 // inbox's batch (actor goroutine, at the drain). A Work that already
 // completed successfully takes the short path (see the top of this
-// file); any other goes under the core's deadline.
-func (wd *Watchdog) track(m *TrackWork, i int) {
+// file); any other goes under the core's deadline, and track reports
+// that it kept the inbox's reference to its Promise for that (inMsg).
+func (wd *Watchdog) track(m *TrackWork, held bool, i int) (kept bool) {
 	wd.nextID++
 	id := wd.nextID
 	f := wd.flight(m.Group)
@@ -212,23 +252,31 @@ func (wd *Watchdog) track(m *TrackWork, i int) {
 			}
 		}
 		wd.finish(m.Group, &m.FP, w, admitted, t, nil)
-		return
+		return false
 	}
-	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: admitted})
+	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: admitted, held: held})
 	if admitted {
 		wd.emitWork(m.Group, &m.FP, w, actors.StateScheduled, w.Timings())
 	}
 	if acts := wd.core.Scheduled(EvScheduled{ID: id, Group: m.Group, FP: m.FP, Timeout: m.Timeout, At: w.Timings().Created}); len(acts) > 0 {
 		wd.apply(acts)
 	}
+	return true
 }
 
 // noteNewest records, at the end of an inbox batch, each group's last
-// Work in it as the group's newest (publishNewest).
+// Work in it as the group's newest (publishNewest), holding its Promise.
 func (wd *Watchdog) noteNewest(batch []inMsg) {
 	for _, f := range wd.touched {
+		if wd.flights[f.name] != f {
+			continue // its group was deregistered within the batch
+		}
 		m := &batch[f.lastAt].track
-		f.newest = watched{id: f.lastID, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: f.lastAdmitted}
+		held := batch[f.lastAt].held && m.Promise.Retain()
+		if f.newest.id != 0 {
+			f.newest.release()
+		}
+		f.newest = watched{id: f.lastID, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: f.lastAdmitted, held: held}
 	}
 	clear(wd.touched)
 	wd.touched = wd.touched[:0]
@@ -318,8 +366,12 @@ func (wd *Watchdog) pollWorks(step bool) {
 // finished one gets its completion event.
 func (wd *Watchdog) publishNewest(f *flight) {
 	nw := f.newest
+	if nw.id == 0 {
+		return
+	}
 	f.newest = watched{}
-	if nw.id == 0 || nw.events || !wd.smp.on {
+	defer nw.release()
+	if nw.events || !wd.smp.on {
 		return
 	}
 	if tw := f.find(nw.id); tw != nil && !tw.gone {

@@ -70,6 +70,7 @@ type Engine struct {
 	done       chan struct{} // progress goroutine exited
 
 	scratchBuf []byte
+	blocks     [][]byte // blockList's, reused by every all-gather
 }
 
 type task struct {

@@ -61,10 +61,11 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 		if op.Type == comm.OpAllGatherV {
 			counts = op.RecvCounts
 		}
-		blocks := make([][]byte, n)
+		blocks := e.blockList(n)
 		for i := range n {
 			blocks[i] = comm.Chunk(op.Out, i, counts, in.Len()).Bytes()
 		}
+		defer clear(blocks) // keep no reference to the caller's buffers
 		copy(blocks[r], in.Bytes())
 		if op.Type == comm.OpAllGather && e.useFlat(n*len(blocks[r])) {
 			return allgatherFlat(m, blocks)
@@ -370,6 +371,16 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 	ob := out.Bytes()
 	copy(ob, blocks[m.Rank()])
 	return postScale(ob, dt, red, m.Size())
+}
+
+// blockList returns a list of n byte blocks for one op's buffers (the
+// caller clears it after the op), reused from op to op (the stream runs
+// one op at a time), so that a small all-gather allocates nothing.
+func (e *Engine) blockList(n int) [][]byte {
+	if cap(e.blocks) < n {
+		e.blocks = make([][]byte, n)
+	}
+	return e.blocks[:n]
 }
 
 // scratch returns a reusable buffer of n bytes (progress goroutine only).

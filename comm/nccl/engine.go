@@ -189,6 +189,10 @@ func (e *Engine) stop(err error) {
 	}
 	ws := make([]*comm.Promise, 0, len(e.live))
 	for pr := range e.live {
+		// Held until failed below: a live op that finish completes
+		// meanwhile must not have its block reused (comm.Blocking) under
+		// this Complete. A live op is still held by its completion.
+		pr.Retain()
 		ws = append(ws, pr)
 	}
 	clear(e.live)
@@ -201,6 +205,7 @@ func (e *Engine) stop(err error) {
 	stopErr := *e.stopErr.Load()
 	for _, pr := range ws {
 		pr.Complete(stopErr)
+		pr.Release()
 	}
 }
 

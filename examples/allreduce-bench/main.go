@@ -41,6 +41,12 @@
 //	--transport   auto | shm | tcp: the CPU engine's transport, passed to
 //	              ranktree.Init as RANKTREE_TRANSPORT (default: that variable, else auto)
 //	--json        print JSON lines instead of the table
+//	--blocking    issue every collective in its blocking form (comm.Blocking;
+//	              default true): the call returns once the op has completed, as
+//	              MPI_Allreduce and torch.distributed's default all_reduce
+//	              (async_op=False) do, and a small op allocates nothing;
+//	              --blocking=false times AllReduce(...).Wait, the async form.
+//	              The JSON lines carry "blocking": true or false
 //	--placement-every  sample each rank's CPU after every Nth timed iteration
 //	              (default 64): the sample is a system call between two ops,
 //	              which delays this rank's next launch and so its peers
@@ -110,8 +116,8 @@ func run(ctx context.Context, o bench.Options, stdout io.Writer) (err error) {
 		if o.Config.Collective.Reduces() {
 			redop = o.Config.Op.String()
 		}
-		fmt.Fprintf(stdout, "# ranktree allreduce-bench: %v on %d ranks, dtype %v, redop %s, transport %s, iters %d, warmup %d\n",
-			o.Config.Collective, pg.Size(), o.Config.DType, redop, o.Transport, o.Config.Iters, o.Config.Warmup)
+		fmt.Fprintf(stdout, "# ranktree allreduce-bench: %v on %d ranks, dtype %v, redop %s, transport %s, iters %d, warmup %d, blocking %v\n",
+			o.Config.Collective, pg.Size(), o.Config.DType, redop, o.Transport, o.Config.Iters, o.Config.Warmup, o.Config.Blocking)
 		if o.Late == nil {
 			fmt.Fprint(stdout, bench.FormatHeader())
 		}

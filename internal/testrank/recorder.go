@@ -56,6 +56,7 @@ func (r *Recorder) OnLaunch(f func(op *comm.Op, p *comm.Promise)) {
 
 // Launch records op and completes p unless holding.
 func (r *Recorder) Launch(op *comm.Op, p *comm.Promise) {
+	p.Retain() // the recorded op stays readable (a blocking op's block is never reused)
 	r.mu.Lock()
 	r.ops = append(r.ops, op)
 	hook, hold, aborted, closed := r.onLaunch, r.hold, r.aborted, r.closed

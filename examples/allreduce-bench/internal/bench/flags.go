@@ -41,6 +41,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	asJSON := fs.Bool("json", false, "print one JSON object per size instead of the table")
 	lateRank := fs.Int("late-rank", -1, "late-arrival mode: this rank launches every timed iteration --late-us late; reports the waiting ranks' CPU use and wake latency (see RunLate)")
 	lateUs := fs.Int("late-us", 5000, "with --late-rank: the delay in µs")
+	blocking := fs.Bool("blocking", true, "issue every collective in its blocking form (comm.Blocking: the call returns once the op completed, as MPI_Allreduce and torch's default all_reduce); false: time AllReduce(...).Wait, the async form")
 	lateSkew := fs.String("late-skew", "fixed", "with --late-rank: fixed (--late-us every iteration) | alternate (--late-us and 0 in turn) | random (uniform 0..--late-us)")
 	placeEvery := fs.Int("placement-every", 64, "sample each rank's CPU after every Nth timed iteration (a getcpu system call between two ops delays the next launch)")
 	if err := fs.Parse(args); err != nil {
@@ -76,6 +77,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 		return Options{}, fmt.Errorf("--placement-every %d must be at least 1", *placeEvery)
 	}
 	o.Config.PlacementEvery = *placeEvery
+	o.Config.Blocking = *blocking
 	if err := setWarmups(&o.Config, *warmTime, *lap); err != nil {
 		return Options{}, err
 	}

@@ -17,7 +17,7 @@ func TestParseArgsDefaults(t *testing.T) {
 	}
 	c := o.Config
 	if c.Collective != AllReduce || c.Op != comm.Sum || c.DType != comm.Float32 || c.Iters != 20 || c.Warmup != 5 ||
-		c.Root != 0 || o.Transport != "auto" || o.JSON || c.PlacementEvery != 64 {
+		c.Root != 0 || o.Transport != "auto" || o.JSON || c.PlacementEvery != 64 || !c.Blocking {
 		t.Errorf("defaults = %+v", o)
 	}
 	if !slices.Equal(c.Sizes, DefaultSizes) {
@@ -30,13 +30,14 @@ func TestParseArgsDefaults(t *testing.T) {
 
 func TestParseArgsAll(t *testing.T) {
 	o, err := ParseArgs([]string{"--collective", "reducescatter", "--op", "max", "--dtype", "bf16",
-		"--sizes", "4,4KiB,64MiB", "--iters", "7", "--warmup", "0", "--root", "1", "--transport", "shm", "--json", "--placement-every", "8"}, "", io.Discard)
+		"--sizes", "4,4KiB,64MiB", "--iters", "7", "--warmup", "0", "--root", "1", "--transport", "shm", "--json", "--placement-every", "8",
+		"--blocking=false"}, "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := o.Config
 	if c.Collective != ReduceScatter || c.Op != comm.Max || c.DType != comm.BFloat16 || c.Iters != 7 || c.Warmup != 0 ||
-		c.Root != 1 || o.Transport != "shm" || !o.JSON || !slices.Equal(c.Sizes, []int64{4, 4096, 64 << 20}) || c.PlacementEvery != 8 {
+		c.Root != 1 || o.Transport != "shm" || !o.JSON || !slices.Equal(c.Sizes, []int64{4, 4096, 64 << 20}) || c.PlacementEvery != 8 || c.Blocking {
 		t.Errorf("parsed = %+v", o)
 	}
 }

@@ -117,6 +117,8 @@ type LateResult struct {
 	LagUsMin float64 `json:"lag_us_min"`
 	// Skew is Late.Skew's name.
 	Skew string `json:"skew"`
+	// Blocking: the ops ran in their blocking form (Config.Blocking).
+	Blocking bool `json:"blocking"`
 }
 
 // processCPU is the CPU time of this process, all threads.
@@ -186,7 +188,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 	wake := make([]float64, 0, cfg.Iters)
 	lag := make([]float64, 0, cfg.Iters)
 	for i := 0; i < cfg.Iters; i++ {
-		if err := g.Barrier(ctx).Wait(ctx); err != nil {
+		if err := g.Barrier(ctx, cfg.opts...).Wait(ctx); err != nil {
 			return LateResult{}, fmt.Errorf("barrier before iteration %d: %w", i, err)
 		}
 		if me == late.Rank {
@@ -201,7 +203,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 		c1 := late.CPUTime()
 		clear(rows)
 		rows[3*me], rows[3*me+1], rows[3*me+2] = t0.UnixNano(), t1.UnixNano(), int64(c1-c0)
-		if err := g.AllReduce(ctx, comm.HostBuffer(rows), comm.Sum).Wait(ctx); err != nil {
+		if err := g.AllReduce(ctx, comm.HostBuffer(rows), comm.Sum, cfg.opts...).Wait(ctx); err != nil {
 			return LateResult{}, fmt.Errorf("combining iteration %d across ranks: %w", i, err)
 		}
 		arrived, lateEnd := rows[3*late.Rank], rows[3*late.Rank+1]
@@ -224,7 +226,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 	}
 	r := LateResult{Collective: cfg.Collective.String(), ReqBytes: size,
 		Bytes: int64(geo.Count) * int64(cfg.DType.Size()), Count: geo.Count, LateRank: late.Rank,
-		LateUs: float64(late.Delay.Nanoseconds()) / 1e3, Skew: late.Skew.String()}
+		LateUs: float64(late.Delay.Nanoseconds()) / 1e3, Skew: late.Skew.String(), Blocking: cfg.Blocking}
 	if len(wake) > 0 {
 		r.WaitCPUPct, r.WaitCPUPctMax = Median(cpuPct), slices.Max(cpuPct)
 		r.WakeUs, r.WakeUsMin, r.WakeUsMax = Median(wake), slices.Min(wake), slices.Max(wake)

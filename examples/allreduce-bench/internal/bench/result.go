@@ -11,8 +11,9 @@ import (
 // nccl-tests' output table), then mean_us, p50_us and p90_us (the timed
 // iterations' mean, median and 90th percentile: compare mean_us with Open
 // MPI's mean of a timed loop, so the tails count), placement (where the
-// ranks ran), collective and req_bytes (the size asked for, before the
-// layout rounded it).
+// ranks ran), collective, req_bytes (the size asked for, before the
+// layout rounded it) and blocking (whether the ops ran in their blocking
+// form).
 type Result struct {
 	Collective string    `json:"collective"` // what was measured ("allreduce", Collective.String)
 	ReqBytes   int64     `json:"req_bytes"`  // the size asked for (--sizes); Bytes is what the layout made of it
@@ -27,6 +28,9 @@ type Result struct {
 	P50Us      float64   `json:"p50_us"`     // median of the same (equal to TimeUs), µs
 	P90Us      float64   `json:"p90_us"`     // 90th percentile (nearest rank) of the same, µs
 	Placement  Placement `json:"placement"`  // CPUs the ranks ran on during the timed iterations
+	// Blocking: the collectives ran in their blocking form (comm.Blocking,
+	// Config.Blocking), timed as the call; false: AllReduce(...).Wait.
+	Blocking bool `json:"blocking"`
 }
 
 // Summarize returns the mean, median and 90th percentile (nearest rank:

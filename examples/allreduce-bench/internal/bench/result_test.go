@@ -60,7 +60,7 @@ func TestResultJSONKeys(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"algbw_GBps", "busbw_GBps", "bytes", "collective", "count", "mean_us", "p50_us", "p90_us", "placement", "redop", "req_bytes", "time_us", "type"}
+	want := []string{"algbw_GBps", "blocking", "busbw_GBps", "bytes", "collective", "count", "mean_us", "p50_us", "p90_us", "placement", "redop", "req_bytes", "time_us", "type"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("JSON keys = %v, want %v (%s)", keys, want, b)
 	}

@@ -65,7 +65,15 @@ type Config struct {
 	// for, so sampling every iteration would inflate small-op times.
 	// 0: 64; negative is an error.
 	PlacementEvery int
-	Now            func() time.Time // clock; nil: time.Now (tests pass a fake)
+	// Blocking issues every collective of the run (the measured ones, the
+	// warm-up, the barriers and the allreduces that combine the results)
+	// in its blocking form, comm.Blocking: the call returns once the op
+	// has completed, as MPI_Allreduce and torch.distributed's default
+	// all_reduce (async_op=False) do, and a small op allocates nothing.
+	// false times AllReduce(...).Wait, the async form.
+	Blocking bool
+	Now      func() time.Time // clock; nil: time.Now (tests pass a fake)
+	opts     []comm.OpOption  // the ops' options (Blocking), set by validate
 }
 
 // validate fills defaults and checks c against a group of n ranks.
@@ -122,6 +130,10 @@ func (c *Config) validate(n int) error {
 	if c.WarmupTime == 0 {
 		c.WarmupTime = 500 * time.Millisecond
 	}
+	c.opts = nil
+	if c.Blocking {
+		c.opts = []comm.OpOption{comm.Blocking()}
+	}
 	return nil
 }
 
@@ -133,7 +145,9 @@ func (c *Config) validate(n int) error {
 // in-place reductions stay finite), and freed afterwards.
 //
 // Per size: cfg.Warmup untimed iterations, a Barrier, then cfg.Iters timed
-// iterations back to back, each from launch to Work.Wait's return. A Max
+// iterations back to back, each from launch to Work.Wait's return (with
+// cfg.Blocking, the call returns a completed Work: the time is the
+// call's). A Max
 // allreduce of the per-iteration times gives the slowest rank's time, and
 // the reported times are their mean, median and 90th percentile. Each
 // rank also samples the CPU it runs on after every cfg.PlacementEvery-th
@@ -171,7 +185,7 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 			return Result{}, fmt.Errorf("warm-up iteration %d: %w", i, err)
 		}
 	}
-	if err := g.Barrier(ctx).Wait(ctx); err != nil {
+	if err := g.Barrier(ctx, cfg.opts...).Wait(ctx); err != nil {
 		return Result{}, fmt.Errorf("barrier before the timed iterations: %w", err)
 	}
 	times := make([]float64, cfg.Iters) // µs
@@ -193,10 +207,10 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 		}
 	}
 	if n > 1 && len(times) > 0 {
-		if err := g.AllReduce(ctx, comm.HostBuffer(times), comm.Max).Wait(ctx); err != nil {
+		if err := g.AllReduce(ctx, comm.HostBuffer(times), comm.Max, cfg.opts...).Wait(ctx); err != nil {
 			return Result{}, fmt.Errorf("combining the times across ranks: %w", err)
 		}
-		if err := g.AllReduce(ctx, comm.HostBuffer(cpus), comm.Sum).Wait(ctx); err != nil {
+		if err := g.AllReduce(ctx, comm.HostBuffer(cpus), comm.Sum, cfg.opts...).Wait(ctx); err != nil {
 			return Result{}, fmt.Errorf("combining the CPU placement across ranks: %w", err)
 		}
 	}
@@ -209,11 +223,13 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 	r.ReqBytes = size
 	r.MeanUs, r.P50Us, r.P90Us = Summarize(times)
 	r.Placement = NewPlacement(cpus, n, samples)
+	r.Blocking = cfg.Blocking
 	return r, nil
 }
 
 // launcher allocates the buffers of one size and returns their geometry
-// and a function that launches the collective on them.
+// and a function that launches the collective on them (in its blocking
+// form with cfg.Blocking: it returns once the op has completed).
 func launcher(ctx context.Context, g Group, cfg *Config, size int64) (Geometry, func() *comm.Work) {
 	geo := cfg.Collective.Layout(size, cfg.DType.Size(), g.Size())
 	in := comm.NewHostBuffer(cfg.DType, geo.InCount)
@@ -221,18 +237,19 @@ func launcher(ctx context.Context, g Group, cfg *Config, size int64) (Geometry, 
 	if geo.OutCount > 0 {
 		out = comm.NewHostBuffer(cfg.DType, geo.OutCount)
 	}
+	opts := cfg.opts
 	return geo, func() *comm.Work {
 		switch cfg.Collective {
 		case AllReduce:
-			return g.AllReduce(ctx, in, cfg.Op)
+			return g.AllReduce(ctx, in, cfg.Op, opts...)
 		case AllGather:
-			return g.AllGatherInto(ctx, out, in)
+			return g.AllGatherInto(ctx, out, in, opts...)
 		case Broadcast:
-			return g.Broadcast(ctx, in, cfg.Root)
+			return g.Broadcast(ctx, in, cfg.Root, opts...)
 		case ReduceScatter:
-			return g.ReduceScatterTensor(ctx, out, in, cfg.Op)
+			return g.ReduceScatterTensor(ctx, out, in, cfg.Op, opts...)
 		default:
-			return g.AllToAllSingle(ctx, out, in, nil, nil)
+			return g.AllToAllSingle(ctx, out, in, nil, nil, opts...)
 		}
 	}
 }
@@ -246,7 +263,7 @@ func warmUp(ctx context.Context, g Group, cfg *Config) error {
 	}
 	if cfg.WarmupBytes > 0 {
 		lap := comm.NewHostBuffer(comm.Float32, int(cfg.WarmupBytes/4))
-		if err := g.AllReduce(ctx, lap, comm.Sum).Wait(ctx); err != nil {
+		if err := g.AllReduce(ctx, lap, comm.Sum, cfg.opts...).Wait(ctx); err != nil {
 			return fmt.Errorf("bench: warm-up allreduce of %s (one lap of the rings) on rank %d: %w", FormatSize(cfg.WarmupBytes), g.Rank(), err)
 		}
 	}
@@ -268,7 +285,7 @@ func warmFor(ctx context.Context, g Group, cfg *Config) error {
 	start := cfg.Now()
 	for {
 		for i := 0; i < 100; i++ {
-			if err := g.AllReduce(ctx, one, comm.Sum).Wait(ctx); err != nil {
+			if err := g.AllReduce(ctx, one, comm.Sum, cfg.opts...).Wait(ctx); err != nil {
 				return err
 			}
 		}
@@ -276,7 +293,7 @@ func warmFor(ctx context.Context, g Group, cfg *Config) error {
 		if cfg.Now().Sub(start) < cfg.WarmupTime {
 			flag[0] = 1
 		}
-		if err := g.AllReduce(ctx, comm.HostBuffer(flag), comm.Max).Wait(ctx); err != nil {
+		if err := g.AllReduce(ctx, comm.HostBuffer(flag), comm.Max, cfg.opts...).Wait(ctx); err != nil {
 			return err
 		}
 		if flag[0] == 0 {

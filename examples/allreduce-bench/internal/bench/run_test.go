@@ -24,11 +24,13 @@ type fakeGroup struct {
 	failErr    error
 	onFlag     func([]float32) // plays the peers in the warm-up agreement
 	onInt64    func([]int64)   // plays the peers in RunLate's row exchange
+	blocking   []bool          // per call: it had comm.Blocking
 }
 
-func (f *fakeGroup) record(name string, bufs string) *comm.Work {
+func (f *fakeGroup) record(name string, bufs string, opts []comm.OpOption) *comm.Work {
 	f.calls = append(f.calls, name)
 	f.bufs = append(f.bufs, bufs)
+	f.blocking = append(f.blocking, comm.ApplyOpOptions(opts).Blocking)
 	p := comm.NewPromise(comm.OpAllReduce)
 	if f.failAt == len(f.calls) {
 		p.Complete(f.failErr)
@@ -40,42 +42,42 @@ func (f *fakeGroup) record(name string, bufs string) *comm.Work {
 
 func (f *fakeGroup) Rank() int { return f.rank }
 func (f *fakeGroup) Size() int { return f.size }
-func (f *fakeGroup) AllReduce(_ context.Context, buf comm.Buffer, red comm.ReduceOp, _ ...comm.OpOption) *comm.Work {
+func (f *fakeGroup) AllReduce(_ context.Context, buf comm.Buffer, red comm.ReduceOp, opts ...comm.OpOption) *comm.Work {
 	if buf.DType() == comm.Float32 && red == comm.Max && buf.Len() == 1 && f.onFlag != nil {
 		fl, _ := comm.AsSlice[float32](buf)
 		f.onFlag(fl)
-		return f.record("flag", buf.String())
+		return f.record("flag", buf.String(), opts)
 	}
 	if buf.DType() == comm.Float64 && red == comm.Max && f.peerTimes != nil {
 		ts, _ := comm.AsSlice[float64](buf)
 		for i := range ts {
 			ts[i] = max(ts[i], f.peerTimes[i])
 		}
-		return f.record("times", buf.String())
+		return f.record("times", buf.String(), opts)
 	}
 	if buf.DType() == comm.Int64 && f.onInt64 != nil {
 		xs, _ := comm.AsSlice[int64](buf)
 		f.onInt64(xs)
 	}
-	return f.record("allreduce:"+red.String(), buf.String())
+	return f.record("allreduce:"+red.String(), buf.String(), opts)
 }
-func (f *fakeGroup) AllGatherInto(_ context.Context, out, in comm.Buffer, _ ...comm.OpOption) *comm.Work {
-	return f.record("allgather", in.String()+"/"+out.String())
+func (f *fakeGroup) AllGatherInto(_ context.Context, out, in comm.Buffer, opts ...comm.OpOption) *comm.Work {
+	return f.record("allgather", in.String()+"/"+out.String(), opts)
 }
-func (f *fakeGroup) Broadcast(_ context.Context, buf comm.Buffer, root int, _ ...comm.OpOption) *comm.Work {
-	return f.record(fmt.Sprintf("broadcast:%d", root), buf.String())
+func (f *fakeGroup) Broadcast(_ context.Context, buf comm.Buffer, root int, opts ...comm.OpOption) *comm.Work {
+	return f.record(fmt.Sprintf("broadcast:%d", root), buf.String(), opts)
 }
-func (f *fakeGroup) ReduceScatterTensor(_ context.Context, out, in comm.Buffer, red comm.ReduceOp, _ ...comm.OpOption) *comm.Work {
-	return f.record("reducescatter:"+red.String(), in.String()+"/"+out.String())
+func (f *fakeGroup) ReduceScatterTensor(_ context.Context, out, in comm.Buffer, red comm.ReduceOp, opts ...comm.OpOption) *comm.Work {
+	return f.record("reducescatter:"+red.String(), in.String()+"/"+out.String(), opts)
 }
-func (f *fakeGroup) AllToAllSingle(_ context.Context, out, in comm.Buffer, os, is []int, _ ...comm.OpOption) *comm.Work {
+func (f *fakeGroup) AllToAllSingle(_ context.Context, out, in comm.Buffer, os, is []int, opts ...comm.OpOption) *comm.Work {
 	if os != nil || is != nil {
 		panic("bench must use equal splits")
 	}
-	return f.record("alltoall", in.String()+"/"+out.String())
+	return f.record("alltoall", in.String()+"/"+out.String(), opts)
 }
-func (f *fakeGroup) Barrier(context.Context, ...comm.OpOption) *comm.Work {
-	return f.record("barrier", "")
+func (f *fakeGroup) Barrier(_ context.Context, opts ...comm.OpOption) *comm.Work {
+	return f.record("barrier", "", opts)
 }
 
 // fakeClock returns times that advance by the next step on every second
@@ -321,5 +323,45 @@ func TestRunWarmupTime(t *testing.T) {
 	}
 	if n := len(g.calls); n != 4*101+4 {
 		t.Errorf("%d calls, want 4 batches of 100 + a flag, then a barrier, one iteration and the two combines", n)
+	}
+}
+
+// TestRunBlocking: with Config.Blocking every collective of the run (the
+// warm-up, the measured ops, the barrier and the allreduces that combine
+// the results) is issued in its blocking form, and the result says so;
+// without it none is.
+func TestRunBlocking(t *testing.T) {
+	for _, blocking := range []bool{true, false} {
+		for _, c := range []Collective{AllReduce, AllGather, Broadcast, ReduceScatter, AllToAll} {
+			g := &fakeGroup{rank: 0, size: 2, onFlag: func(f []float32) { f[0] = 0 }}
+			cfg := Config{Collective: c, Sizes: []int64{64}, Iters: 3, Warmup: 1, WarmupBytes: 1 << 10,
+				WarmupTime: time.Millisecond, Blocking: blocking}
+			var got []Result
+			if err := Run(context.Background(), g, cfg, func(r Result) error { got = append(got, r); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for i, b := range g.blocking {
+				if b != blocking {
+					t.Fatalf("%v, blocking %v: call %d (%s) blocking %v", c, blocking, i, g.calls[i], b)
+				}
+			}
+			if len(got) != 1 || got[0].Blocking != blocking {
+				t.Fatalf("%v, blocking %v: results %+v", c, blocking, got)
+			}
+		}
+		g := &fakeGroup{rank: 0, size: 2, onInt64: func([]int64) {}}
+		var late []LateResult
+		cfg := Config{Collective: AllReduce, Sizes: []int64{64}, Iters: 2, WarmupBytes: -1, WarmupTime: -1, Blocking: blocking}
+		if err := RunLate(context.Background(), g, cfg, Late{Rank: 1, Delay: time.Microsecond}, func(r LateResult) error { late = append(late, r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range g.blocking {
+			if b != blocking {
+				t.Fatalf("late, blocking %v: call %d (%s) blocking %v", blocking, i, g.calls[i], b)
+			}
+		}
+		if len(late) != 1 || late[0].Blocking != blocking {
+			t.Fatalf("late, blocking %v: results %+v", blocking, late)
+		}
 	}
 }
