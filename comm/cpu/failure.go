@@ -229,6 +229,18 @@ func (e *Engine) onNotice(peer int, payload []byte, ack func()) {
 		n = failNotice{Kind: noticeAbort, Origin: e.globalRank(peer), Reason: fmt.Sprintf("unreadable failure notice: %v", err)}
 	}
 	relay := e.globalRank(peer)
+	if n.Kind != noticeClosed && e.ctl.Aborting.Load() {
+		// This rank is aborting for a reason of its own (its watchdog's
+		// timeout, a cancelled ctx), which its ops fail with once Abort
+		// has told the peers: a peer's notice meanwhile is the echo of
+		// that abort (the peer relaying it back), not a new cause, and
+		// must not replace the reason (a timed-out op would otherwise
+		// fail with a RemoteAbortError instead of its TimeoutError).
+		if n.Ack && ack != nil {
+			ack()
+		}
+		return
+	}
 	switch n.Kind {
 	case noticeClosed:
 		// Not a failure by itself: a later read from peer that finds the
