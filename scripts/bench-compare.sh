@@ -61,6 +61,8 @@
 #                 as MPI_Allreduce and torch's default all_reduce are
 #   LATE [0; 1: the late-arrival pass]  LATE_SIZES [$SIZES]  LATE_ITERS [20]
 #   LATE_WARMUP [3]  LATE_US [5000]  LATE_ROUNDS [1]
+#   LATE_BUSY [0; 1: the late rank spends its delay busy (--late-busy), as a
+#                 rank computing its step, instead of asleep]
 #   LAUNCH_BENCH [0: skip the actors benchmark]  LAUNCH_COUNT [3]
 #   NO_INSTALL [unset: apt-get install what is missing]
 #   MPI_BINDS ["default"]: one Open MPI run per entry, "default" with
@@ -101,6 +103,7 @@ LATE_ITERS=${LATE_ITERS:-20}
 LATE_WARMUP=${LATE_WARMUP:-3}
 LATE_US=${LATE_US:-5000}
 LATE_ROUNDS=${LATE_ROUNDS:-1}
+LATE_BUSY=${LATE_BUSY:-0}
 
 log() { printf '[bench-compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -216,9 +219,13 @@ run_late() {
 	log "late arrival: rank 1 ${LATE_US} us late, shm, 2 ranks, round $1"
 	local bflag=()
 	mapfile -t bflag < <(blocking_flag "$OUT/bin")
+	local lflag=()
+	if [ "$LATE_BUSY" = 1 ]; then
+		lflag=(--late-busy)
+	fi
 	timeout "$RUN_TIMEOUT" "$OUT/bin/rankrunner" --nproc-per-node 2 "$OUT/bin/allreduce-bench" \
 		--collective allreduce --op sum --dtype float32 --sizes "$LATE_SIZES" --iters "$LATE_ITERS" \
-		--warmup "$LATE_WARMUP" --transport shm --late-rank 1 --late-us "$LATE_US" "${bflag[@]}" --json >"$lg" 2>&1 || true
+		--warmup "$LATE_WARMUP" --transport shm --late-rank 1 --late-us "$LATE_US" "${lflag[@]}" "${bflag[@]}" --json >"$lg" 2>&1 || true
 	record ranktree shm "$1" allreduce "$lg" "$OUT/raw/late.jsonl"
 }
 
@@ -243,7 +250,7 @@ write_meta() {
 		GITREV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
 		NOTES="${NOTES:-}" DATE="$START" NPROCS="$(nproc)" HOST="$(hostname)" OUTDIR="$OUT" \
 		WORLD="${WORLDS%% *}" WORLDS="$WORLDS" SIZES="$SIZES" BASE_REV="$BASE_REV" BLOCKING="$BLOCKING" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
-		COLLS="$COLLECTIVES" LATE="$LATE" LATE_SETTINGS="sizes $LATE_SIZES, $LATE_ITERS iters + $LATE_WARMUP warm-up, $LATE_US us, $LATE_ROUNDS rounds" \
+		COLLS="$COLLECTIVES" LATE="$LATE" LATE_SETTINGS="sizes $LATE_SIZES, $LATE_ITERS iters + $LATE_WARMUP warm-up, $LATE_US us, $LATE_ROUNDS rounds, late rank $([ "$LATE_BUSY" = 1 ] && echo busy || echo asleep)" \
 		"$PY" - <<'PYEOF'
 import json, os
 e = os.environ

@@ -58,6 +58,11 @@
 //	              median, min, max): what waiting costs a training step
 //	              whose ranks skew by milliseconds (issue 15); the warm-up
 //	              before the first size is the same as without it
+//	--late-skew   fixed | alternate | random: how the delay varies
+//	--late-busy   the late rank spends its delay busy on its CPU, as a rank
+//	              computing its step, instead of asleep: a sleeping rank's
+//	              idle CPU (a halted vCPU on a VM) makes its own launch
+//	              slower, which wake_us counts ("late_busy" in the JSON)
 //
 // Exit status: 0 on success, 2 for bad flags, 1 for any failure (printed on
 // stderr with the rank).

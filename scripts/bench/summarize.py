@@ -340,7 +340,8 @@ def late_rows(recs):
     for size, rs in sorted(by.items()):
         row = {"bytes": size, "used_bytes": int(rs[0]["bytes"]), "rounds": len(rs),
                "late_us": float(rs[0].get("late_us", 0)), "late_rank": rs[0].get("late_rank"),
-               "transport": rs[0].get("transport"), "world": rs[0].get("world")}
+               "transport": rs[0].get("transport"), "world": rs[0].get("world"),
+               "late_busy": bool(rs[0].get("late_busy", False))}
         for k in LATE_FIELDS:
             row[k] = statistics.median(float(r.get(k, 0)) for r in rs)
         row["wait_cpu_pct_max"] = max(float(r.get("wait_cpu_pct_max", 0)) for r in rs)
@@ -356,12 +357,13 @@ def late_markdown(rows):
         return []
     r0 = rows[0]
     out = ["", "## Late arrival", "",
-           "allreduce, %s ranks, %s: rank %s launches every timed iteration %.0f us late (allreduce-bench "
-           "--late-rank). wait CPU: the waiting rank's process CPU from its launch to its return, %% of one core "
+           "allreduce, %s ranks, %s: rank %s launches every timed iteration %.0f us late, %s in between "
+           "(allreduce-bench --late-rank%s). wait CPU: the waiting rank's process CPU from its launch to its return, %% of one core "
            "(median over iterations, max); wake: from the late rank's launch to the waiting rank's return (median, "
            "min-max; the op's own time is in it); lag: the waiting rank's return after the late rank's own. "
            "Issue 15: at most %g%% and %g us." % (
                r0.get("world"), r0.get("transport"), r0.get("late_rank"), r0["late_us"],
+               "busy" if r0.get("late_busy") else "asleep", " --late-busy" if r0.get("late_busy") else "",
                GOAL15_WAIT_CPU_PCT, GOAL15_WAKE_US), ""]
     body = []
     for r in rows:

@@ -42,6 +42,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	lateRank := fs.Int("late-rank", -1, "late-arrival mode: this rank launches every timed iteration --late-us late; reports the waiting ranks' CPU use and wake latency (see RunLate)")
 	lateUs := fs.Int("late-us", 5000, "with --late-rank: the delay in µs")
 	blocking := fs.Bool("blocking", true, "issue every collective in its blocking form (comm.Blocking: the call returns once the op completed, as MPI_Allreduce and torch's default all_reduce); false: time AllReduce(...).Wait, the async form")
+	lateBusy := fs.Bool("late-busy", false, "with --late-rank: the late rank spends its delay busy (as a rank computing its step) instead of asleep, whose idle CPU makes its own launch slower")
 	lateSkew := fs.String("late-skew", "fixed", "with --late-rank: fixed (--late-us every iteration) | alternate (--late-us and 0 in turn) | random (uniform 0..--late-us)")
 	placeEvery := fs.Int("placement-every", 64, "sample each rank's CPU after every Nth timed iteration (a getcpu system call between two ops delays the next launch)")
 	if err := fs.Parse(args); err != nil {
@@ -92,7 +93,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 		if *lateUs <= 0 {
 			return Options{}, fmt.Errorf("--late-us %d must be positive", *lateUs)
 		}
-		o.Late = &Late{Rank: *lateRank, Delay: time.Duration(*lateUs) * time.Microsecond}
+		o.Late = &Late{Rank: *lateRank, Delay: time.Duration(*lateUs) * time.Microsecond, Busy: *lateBusy}
 		if o.Late.Skew, err = ParseLateSkew(*lateSkew); err != nil {
 			return Options{}, fmt.Errorf("--late-skew: %w", err)
 		}

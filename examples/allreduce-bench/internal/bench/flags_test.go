@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -61,5 +62,23 @@ func TestParseArgsErrors(t *testing.T) {
 	}
 	if _, err := ParseArgs([]string{"-h"}, "", io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: err = %v, want flag.ErrHelp", err)
+	}
+}
+
+// TestParseArgsLate: the late-arrival flags fill Options.Late; without
+// --late-rank there is none.
+func TestParseArgsLate(t *testing.T) {
+	o, err := ParseArgs([]string{"--late-rank", "1", "--late-us", "2000", "--late-skew", "random", "--late-busy"}, "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := o.Late; l == nil || l.Rank != 1 || l.Delay != 2*time.Millisecond || l.Skew != LateRandom || !l.Busy {
+		t.Errorf("late = %+v", o.Late)
+	}
+	if o, _ := ParseArgs([]string{"--late-rank", "0"}, "", io.Discard); o.Late == nil || o.Late.Busy || o.Late.Delay != 5*time.Millisecond {
+		t.Errorf("late defaults = %+v, want asleep, 5 ms", o.Late)
+	}
+	if o, _ := ParseArgs([]string{"--late-busy"}, "", io.Discard); o.Late != nil {
+		t.Errorf("--late-busy without --late-rank: late = %+v", o.Late)
 	}
 }

@@ -27,6 +27,13 @@ type Late struct {
 	// (--late-skew): LateFixed (the zero value) every time, LateAlternate
 	// Delay and 0 in turn, LateRandom uniform in [0, Delay] (a fixed seed).
 	Skew LateSkew
+	// Busy makes the late rank spend its delay busy, in a loop reading
+	// the clock as a rank computing its step would keep its CPU
+	// (--late-busy), instead of sleeping (time.Sleep). A sleeping late
+	// rank idles its CPU (on a VM the vCPU halts) and launches from cold
+	// caches and a waking CPU, which puts tens of µs of its own into
+	// WakeUs; a busy one does not.
+	Busy bool
 	// CPUTime returns the CPU time this process has used (all threads);
 	// nil: CLOCK_PROCESS_CPUTIME_ID. Tests pass a fake.
 	CPUTime func() time.Duration
@@ -81,6 +88,16 @@ func (l Late) delays(n int) []time.Duration {
 	return d
 }
 
+// pass spends the late rank's delay d: asleep, or busy (Late.Busy).
+func (l Late) pass(d time.Duration) {
+	if !l.Busy {
+		time.Sleep(d)
+		return
+	}
+	for t0 := time.Now(); time.Since(t0) < d; {
+	}
+}
+
 // LateResult is one size's late-arrival measurement; its JSON keys are
 // those of the fields. Per iteration, the worst waiting rank counts: the
 // one that burnt the most CPU per second waited, and the one that woke
@@ -119,6 +136,8 @@ type LateResult struct {
 	Skew string `json:"skew"`
 	// Blocking: the ops ran in their blocking form (Config.Blocking).
 	Blocking bool `json:"blocking"`
+	// Busy: the late rank spent its delay busy, not asleep (Late.Busy).
+	Busy bool `json:"late_busy"`
 }
 
 // processCPU is the CPU time of this process, all threads.
@@ -192,7 +211,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 			return LateResult{}, fmt.Errorf("barrier before iteration %d: %w", i, err)
 		}
 		if me == late.Rank {
-			time.Sleep(delays[i])
+			late.pass(delays[i])
 		}
 		c0 := late.CPUTime()
 		t0 := cfg.Now()
@@ -226,7 +245,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 	}
 	r := LateResult{Collective: cfg.Collective.String(), ReqBytes: size,
 		Bytes: int64(geo.Count) * int64(cfg.DType.Size()), Count: geo.Count, LateRank: late.Rank,
-		LateUs: float64(late.Delay.Nanoseconds()) / 1e3, Skew: late.Skew.String(), Blocking: cfg.Blocking}
+		LateUs: float64(late.Delay.Nanoseconds()) / 1e3, Skew: late.Skew.String(), Blocking: cfg.Blocking, Busy: late.Busy}
 	if len(wake) > 0 {
 		r.WaitCPUPct, r.WaitCPUPctMax = Median(cpuPct), slices.Max(cpuPct)
 		r.WakeUs, r.WakeUsMin, r.WakeUsMax = Median(wake), slices.Min(wake), slices.Max(wake)

@@ -94,3 +94,37 @@ func TestLateSkew(t *testing.T) {
 		t.Fatalf("random: delays span %v..%v, want most of 0..5ms", lo, hi)
 	}
 }
+
+// TestLatePass: the late rank's delay is spent asleep, or busy on its CPU
+// (Late.Busy), and lasts at least the delay either way; the result says
+// which (LateResult.Busy).
+func TestLatePass(t *testing.T) {
+	const d = 20 * time.Millisecond
+	for _, busy := range []bool{false, true} {
+		l := Late{Rank: 1, Delay: d, Busy: busy}
+		c0, t0 := processCPU(), time.Now()
+		l.pass(d)
+		el, cpu := time.Since(t0), processCPU()-c0
+		if el < d {
+			t.Errorf("busy %v: the delay lasted %v, want at least %v", busy, el, d)
+		}
+		// A busy delay runs on the CPU; how much of it the scheduler
+		// grants depends on the machine's load, so only the sleeping
+		// delay's bound is strict: it must not spin.
+		if !busy && cpu > d/2 {
+			t.Errorf("asleep: used %v of CPU in a %v delay", cpu, el)
+		}
+		if busy && cpu == 0 {
+			t.Errorf("busy: used no CPU in a %v delay", el)
+		}
+		g := &fakeGroup{rank: 0, size: 2}
+		cfg := Config{Collective: AllReduce, Sizes: []int64{64}, Iters: 1, WarmupBytes: -1, WarmupTime: -1}
+		var got LateResult
+		if err := RunLate(context.Background(), g, cfg, l, func(r LateResult) error { got = r; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got.Busy != busy {
+			t.Errorf("result busy %v, want %v", got.Busy, busy)
+		}
+	}
+}
