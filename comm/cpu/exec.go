@@ -353,9 +353,14 @@ func (e *Engine) reduceScatter(op *comm.Op) error {
 		}
 		return postScale(ob, dt, red, m.Size())
 	}
-	// Work on a copy: the input is not modified (ncclReduceScatter).
-	tmp := make([]byte, 0, enginekit.TotalLen(op.In)*dt.Size())
-	blocks := make([][]byte, m.Size())
+	// Work on a copy: the input is not modified (ncclReduceScatter). The
+	// copy is the engine's scratch, reused from op to op: a fresh buffer
+	// per op (a large object, zeroed, its pages faulted in again after
+	// each collection) cost more than the exchange itself (2 ranks,
+	// 64 KiB: 75 µs against 8 µs at 32 KiB).
+	tmp := e.scratch(enginekit.TotalLen(op.In) * dt.Size())[:0]
+	blocks := e.blockList(m.Size())
+	defer clear(blocks) // keep no reference to the scratch's old layout
 	for i := range m.Size() {
 		src := comm.Chunk(op.In, i, counts, out.Len()).Bytes()
 		off := len(tmp)
@@ -383,7 +388,9 @@ func (e *Engine) blockList(n int) [][]byte {
 	return e.blocks[:n]
 }
 
-// scratch returns a reusable buffer of n bytes (progress goroutine only).
+// scratch returns a reusable buffer of n bytes, for the op the stream
+// runs (one at a time: on the progress goroutine or inline on a waiter's;
+// a Coalesced op's children use it in turn).
 func (e *Engine) scratch(n int) []byte {
 	if cap(e.scratchBuf) < n {
 		e.scratchBuf = make([]byte, n)
