@@ -188,6 +188,9 @@ var meshCases = []meshCase{
 	{"broadcast_scatterallgather", false, func(t *testing.T, mr *meshRun, n, count int, what string) {
 		checkMeshBroadcast(t, mr, n, count, what, broadcastScatterAllGather)
 	}},
+	{"broadcast_chain", false, func(t *testing.T, mr *meshRun, n, count int, what string) {
+		checkMeshBroadcast(t, mr, n, count, what, broadcastChain)
+	}},
 	{"broadcast_flat", true, func(t *testing.T, mr *meshRun, n, count int, what string) {
 		checkMeshBroadcast(t, mr, n, count, what, func(m Mesh, buf []byte, root int) error {
 			return broadcastFlat(m.(Slots), buf, root)

@@ -68,6 +68,44 @@ func TestBroadcast(t *testing.T) {
 	})
 }
 
+// TestBroadcastChainShm: the pipelined chain (3 and 4 ranks over shm;
+// with RingThreshold 64, at every size at 3 ranks, from 1 MiB at 4, the
+// smaller ones taking scatter + allgather) with 4 KiB rings, so that the message wraps each
+// ring many times while every middle rank forwards it piece by piece;
+// bit-exact on every rank for every root, and the engine picks the chain.
+func TestBroadcastChainShm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			g := newGroup(t, n, Options{Transport: TransportSHM, RingThreshold: 64, ShmRingBytes: 4096})
+			const big = 300001 // 1.2 MB: the chain at 4 ranks too (chainMin4)
+			if !g.engines[0].useChain(big * 4) {
+				t.Fatal("the engine would not use the chain")
+			}
+			for _, count := range []int{17, 5001, 100003, big} {
+				for root := range n {
+					want := randBytes(rng, comm.Float32, count)
+					bufs := make([]comm.Buffer, n)
+					for r := range n {
+						bufs[r] = comm.NewHostBuffer(comm.Float32, count)
+						if r == root {
+							copy(bufs[r].Bytes(), want)
+						}
+					}
+					g.mustRun("broadcast", func(r int, fp fpFunc) *comm.Op {
+						return &comm.Op{FP: fp(comm.OpBroadcast, comm.Float32, count, root, comm.ReduceOp{}), Type: comm.OpBroadcast, Root: root, In: []comm.Buffer{bufs[r]}}
+					})
+					for r := range n {
+						if !bytes.Equal(bufs[r].Bytes(), want) {
+							t.Fatalf("chain broadcast ×%d root %d: rank %d differs", count, root, r)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestReduce: every root gets the closed form; non-root buffers unchanged.
 func TestReduce(t *testing.T) {
 	forEachGroup(t, Options{}, func(t *testing.T, g *group) {
