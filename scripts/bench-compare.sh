@@ -241,13 +241,18 @@ run_baseline() { # WHEN
 # pyver MODULE: the module's version, or "missing".
 pyver() { "$PY" -c "import $1; print($1.__version__)" 2>/dev/null || echo missing; }
 
+# source_rev: the checkout's commit, +dirty if its tracked files differ.
+source_rev() {
+	echo "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)"
+}
+
 write_meta() {
 	UPTIME_BEFORE="$UPTIME_BEFORE" UPTIME_AFTER="$(uptime)" \
 		GOVER="$(go version 2>/dev/null || echo missing)" \
 		TORCHVER="$(pyver torch)" MPI4PYVER="$(pyver mpi4py)" NUMPYVER="$(pyver numpy)" \
 		OMPIVER="$(mpirun --version 2>/dev/null | head -1 || echo missing)" \
 		CPU="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')" \
-		GITREV="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
+		GITREV="${BUILD_REV:-$(source_rev)}" \
 		NOTES="${NOTES:-}" DATE="$START" NPROCS="$(nproc)" HOST="$(hostname)" OUTDIR="$OUT" \
 		WORLD="${WORLDS%% *}" WORLDS="$WORLDS" SIZES="$SIZES" BASE_REV="$BASE_REV" BLOCKING="$BLOCKING" R="$ROUNDS" IS="$ITERS_SMALL" WS="$WARMUP_SMALL" IL="$ITERS_LARGE" WL="$WARMUP_LARGE" \
 		COLLS="$COLLECTIVES" LATE="$LATE" LATE_SETTINGS="sizes $LATE_SIZES, $LATE_ITERS iters + $LATE_WARMUP warm-up, $LATE_US us, $LATE_ROUNDS rounds, late rank $([ "$LATE_BUSY" = 1 ] && echo busy || echo asleep)" \
@@ -308,6 +313,7 @@ esac
 
 if [[ " $PEERS " == *" ranktree "* ]]; then
 	log "building rankrunner and allreduce-bench"
+	BUILD_REV=$(source_rev) # what was built, not what the tree holds when the run ends
 	if ! (cd "$ROOT" && go build -o "$OUT/bin/" ./cmd/rankrunner ./examples/allreduce-bench) >"$OUT/raw/build.log" 2>&1; then
 		log "ranktree build failed (see $OUT/raw/build.log); measuring the peers only"
 		PEERS=${PEERS//ranktree/}

@@ -51,13 +51,28 @@ func allocsPerAllReduce(t *testing.T, g *group, bufs []comm.Buffer, warm, runs i
 			works[r] = append(works[r], comm.NewPromise(comm.OpAllReduce))
 		}
 	}
+	return allocsPerStep(t, g, ops, works, warm, runs,
+		func(r int) { setF(bufs[r], 0, float64(r+1)) },
+		func(i int) {
+			if got := getF(bufs[0], 0); got != 3 {
+				t.Fatalf("op %d: rank 0 has %v, want 1+2", i, got)
+			}
+		})
+}
+
+// allocsPerStep runs the prepared ops of a 2-rank group in lockstep, op i
+// on both ranks at once (rank 1 on its own goroutine, paced by a channel
+// of ints: no allocation per send), warm steps first, and returns the
+// allocations per step over runs more (both ranks' engines). prep(r)
+// readies rank r's buffers before its op; check(i) checks op i's results
+// after both ranks' Works succeeded.
+func allocsPerStep(t *testing.T, g *group, ops [][]*comm.Op, works [][]*comm.Promise, warm, runs int, prep func(r int), check func(i int)) float64 {
+	t.Helper()
 	ctx := context.Background()
-	// Rank 1 runs on its own goroutine, paced by a channel of ints (no
-	// allocation per send).
 	next, done := make(chan int), make(chan error)
 	go func() {
 		for i := range next {
-			setF(bufs[1], 0, 2)
+			prep(1)
 			g.engines[1].Launch(ops[1][i], works[1][i])
 			done <- works[1][i].Work().Wait(ctx)
 		}
@@ -65,7 +80,7 @@ func allocsPerAllReduce(t *testing.T, g *group, bufs []comm.Buffer, warm, runs i
 	defer close(next)
 	i := 0
 	step := func() {
-		setF(bufs[0], 0, 1)
+		prep(0)
 		next <- i
 		g.engines[0].Launch(ops[0][i], works[0][i])
 		if err := works[0][i].Work().Wait(ctx); err != nil {
@@ -74,9 +89,7 @@ func allocsPerAllReduce(t *testing.T, g *group, bufs []comm.Buffer, warm, runs i
 		if err := <-done; err != nil {
 			t.Fatalf("op %d rank 1: %v", i, err)
 		}
-		if got := getF(bufs[0], 0); got != 3 {
-			t.Fatalf("op %d: rank 0 has %v, want 1+2", i, got)
-		}
+		check(i)
 		i++
 	}
 	for range warm {
@@ -117,38 +130,21 @@ func TestRingReduceScatterAllocs(t *testing.T) {
 			works[r] = append(works[r], comm.NewPromise(comm.OpReduceScatter))
 		}
 	}
-	ctx := context.Background()
-	next, done := make(chan int), make(chan error)
-	go func() {
-		for i := range next {
-			g.engines[1].Launch(ops[1][i], works[1][i])
-			done <- works[1][i].Work().Wait(ctx)
-		}
-	}()
-	defer close(next)
-	i := 0
-	step := func() {
-		setF(out[0], per-1, 0)
-		next <- i
-		g.engines[0].Launch(ops[0][i], works[0][i])
-		if err := works[0][i].Work().Wait(ctx); err != nil {
-			t.Fatalf("op %d rank 0: %v", i, err)
-		}
-		if err := <-done; err != nil {
-			t.Fatalf("op %d rank 1: %v", i, err)
-		}
-		if got, got1 := getF(out[0], per-1), getF(out[1], 0); got != 3 || got1 != 3 {
-			t.Fatalf("op %d: outputs end with %v and start with %v, want 1+2", i, got, got1)
-		}
-		if getF(in[0], 0) != 1 || getF(in[1], n*per-1) != 2 {
-			t.Fatalf("op %d: the input changed", i)
-		}
-		i++
-	}
-	for range warm {
-		step()
-	}
-	if a := testing.AllocsPerRun(runs, step); a > 0 {
+	a := allocsPerStep(t, g, ops, works, warm, runs,
+		func(r int) {
+			if r == 0 {
+				setF(out[0], per-1, 0)
+			}
+		},
+		func(i int) {
+			if got, got1 := getF(out[0], per-1), getF(out[1], 0); got != 3 || got1 != 3 {
+				t.Fatalf("op %d: outputs end with %v and start with %v, want 1+2", i, got, got1)
+			}
+			if getF(in[0], 0) != 1 || getF(in[1], n*per-1) != 2 {
+				t.Fatalf("op %d: the input changed", i)
+			}
+		})
+	if a > 0 {
 		t.Errorf("%v allocations per 64 KiB ring reduce-scatter (both ranks' engines), want 0", a)
 	}
 }
