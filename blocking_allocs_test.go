@@ -22,22 +22,8 @@ func supervisedWorld(tb testing.TB) []*Runtime {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(stop)
-	for _, v := range allVars {
-		tb.Setenv(v, "")
-	}
-	tb.Setenv(EnvTransport, "shm")
-	tb.Setenv(EnvMetricsAddr, "127.0.0.1:0")
-	rts, errs := initWorld(nil, 2, func(int) []Option { return []Option{WithNATSURL(url), WithJob("allocs")} })
-	for r, err := range errs {
-		if err != nil {
-			tb.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	tb.Cleanup(func() {
-		for _, rt := range rts {
-			rt.Close(context.Background())
-		}
-	})
+	rts := startShmPair(tb, func(int) []Option { return []Option{WithNATSURL(url), WithJob("allocs")} },
+		[]string{EnvMetricsAddr, "127.0.0.1:0"})
 	if rts[0].NATS() == nil {
 		tb.Fatal("no NATS connection: work events would be off")
 	}

@@ -38,17 +38,25 @@ func TestBlockingOpsFail(t *testing.T) {
 		}
 		return nil
 	}
-
-	t.Run("cancel", func(t *testing.T) {
+	// alone starts two ranks, warms them with 500 blocking ops under ctx
+	// and then runs f on rank 0 alone: its next op waits for rank 1, which
+	// has returned.
+	alone := func(t *testing.T, ctx context.Context, f func(rt *Runtime)) {
 		rts := startRanks(t, 2, WithExit(func(int) {}))
-		ctx, cancel := context.WithCancel(bg)
 		eachRank(t, rts, func(rt *Runtime) error {
 			if err := warm(rt, ctx, 500); err != nil {
 				return err
 			}
-			if rt.Rank() == 1 {
-				return nil // rank 0's next op waits for rank 1 until cancelled
+			if rt.Rank() == 0 {
+				f(rt)
 			}
+			return nil
+		})
+	}
+
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(bg)
+		alone(t, ctx, func(rt *Runtime) {
 			go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 			w := rt.World().AllReduce(ctx, comm.HostBuffer([]float32{1}), comm.Sum, bl)
 			if !w.IsCompleted() || !errors.Is(w.Err(), context.Canceled) {
@@ -60,37 +68,21 @@ func TestBlockingOpsFail(t *testing.T) {
 			if !errors.Is(w.Err(), comm.ErrAborted) || w.Seq() == 0 {
 				t.Errorf("op after the cancel: %v (seq %d), want ErrAborted from the op's own Work", w.Err(), w.Seq())
 			}
-			return nil
 		})
 	})
 
 	t.Run("timeout", func(t *testing.T) {
-		rts := startRanks(t, 2, WithExit(func(int) {}))
-		eachRank(t, rts, func(rt *Runtime) error {
-			if err := warm(rt, bg, 500); err != nil {
-				return err
-			}
-			if rt.Rank() == 1 {
-				return nil
-			}
+		alone(t, bg, func(rt *Runtime) {
 			w := rt.World().AllReduce(bg, comm.HostBuffer([]float32{1}), comm.Sum, bl, comm.WithOpTimeout(200*time.Millisecond))
 			var te *comm.TimeoutError
 			if !errors.As(w.Err(), &te) || w.Fingerprint().Seq != 501 || te.FP.Seq != 501 {
 				t.Errorf("timed-out blocking op: %v (seq %d), want a TimeoutError at seq 501 from the op's own Work", w.Err(), w.Fingerprint().Seq)
 			}
-			return nil
 		})
 	})
 
 	t.Run("close", func(t *testing.T) {
-		rts := startRanks(t, 2, WithExit(func(int) {}))
-		eachRank(t, rts, func(rt *Runtime) error {
-			if err := warm(rt, bg, 500); err != nil {
-				return err
-			}
-			if rt.Rank() == 1 {
-				return nil
-			}
+		alone(t, bg, func(rt *Runtime) {
 			go func() {
 				time.Sleep(50 * time.Millisecond)
 				ctx, cancel := context.WithTimeout(bg, 10*time.Second)
@@ -102,7 +94,6 @@ func TestBlockingOpsFail(t *testing.T) {
 				t.Errorf("blocking op under Close: completed %v, err %v", w.IsCompleted(), w.Err())
 			}
 			t.Logf("blocking op under Close: %v", w.Err())
-			return nil
 		})
 	})
 }

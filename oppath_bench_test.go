@@ -15,12 +15,24 @@ import (
 // flight recorder) as Init builds it; events are off (no NATS).
 func benchWorld(tb testing.TB) []*Runtime {
 	tb.Helper()
+	ms := store.NewMemStore()
+	return startShmPair(tb, func(int) []Option { return []Option{WithStore(ms), WithJob("bench")} }, nil)
+}
+
+// startShmPair starts a two-rank job in this process over the CPU engine's
+// shared-memory transport, the environment cleared but for env (name,
+// value pairs), with opts per rank; it closes the ranks at the end of the
+// test.
+func startShmPair(tb testing.TB, opts func(rank int) []Option, env []string) []*Runtime {
+	tb.Helper()
 	for _, v := range allVars {
 		tb.Setenv(v, "")
 	}
 	tb.Setenv(EnvTransport, "shm")
-	ms := store.NewMemStore()
-	rts, errs := initWorld(nil, 2, func(int) []Option { return []Option{WithStore(ms), WithJob("bench")} })
+	for i := 0; i+1 < len(env); i += 2 {
+		tb.Setenv(env[i], env[i+1])
+	}
+	rts, errs := initWorld(nil, 2, opts)
 	for r, err := range errs {
 		if err != nil {
 			tb.Fatalf("rank %d: %v", r, err)
