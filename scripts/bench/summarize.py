@@ -326,7 +326,7 @@ def summary_rows(recs, world):
     return rows, small, large
 
 
-LATE_FIELDS = ("wait_cpu_pct", "wake_us", "lag_us")
+LATE_FIELDS = ("wait_cpu_pct", "wake_us", "lag_us", "late_op_us")
 
 
 def late_rows(recs):
@@ -360,8 +360,8 @@ def late_markdown(rows):
            "allreduce, %s ranks, %s: rank %s launches every timed iteration %.0f us late, %s in between "
            "(allreduce-bench --late-rank%s). wait CPU: the waiting rank's process CPU from its launch to its return, %% of one core "
            "(median over iterations, max); wake: from the late rank's launch to the waiting rank's return (median, "
-           "min-max; the op's own time is in it); lag: the waiting rank's return after the late rank's own. "
-           "Issue 15: at most %g%% and %g us." % (
+           "min-max; the op's own time is in it); lag: the waiting rank's return after the late rank's own; late rank's op: its own launch to return "
+           "(wake is about that plus lag). Issue 15: at most %g%% and %g us." % (
                r0.get("world"), r0.get("transport"), r0.get("late_rank"), r0["late_us"],
                "busy" if r0.get("late_busy") else "asleep", " --late-busy" if r0.get("late_busy") else "",
                GOAL15_WAIT_CPU_PCT, GOAL15_WAKE_US), ""]
@@ -369,8 +369,8 @@ def late_markdown(rows):
     for r in rows:
         body.append([size_label(r), "%.1f (%.1f)" % (r["wait_cpu_pct"], r["wait_cpu_pct_max"]),
                      "%s (%s-%s)" % (fmt_us(r["wake_us"]), fmt_us(r["wake_us_min"]), fmt_us(r["wake_us_max"])),
-                     fmt_us(r["lag_us"]), str(r["rounds"])])
-    return out + md_table(["size", "wait CPU % (max)", "wake us (min-max)", "lag us", "rounds"], body)
+                     fmt_us(r["lag_us"]), fmt_us(r["late_op_us"]) if r.get("late_op_us") else "-", str(r["rounds"])])
+    return out + md_table(["size", "wait CPU % (max)", "wake us (min-max)", "lag us", "late rank's op us", "rounds"], body)
 
 
 def unsupported_list(recs):

@@ -390,12 +390,14 @@ class SummarizeTest(unittest.TestCase):
         self.assertEqual((x["value"], x["met"]), ("worst 30.0 us at 4 KiB (median over iterations)", False))
         md = summarize.markdown(res)
         self.assertIn("## Late arrival", md)
-        self.assertIn("| 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | 1 |", md)
+        self.assertIn("| 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | - | 1 |", md)
         self.assertIn("5000 us late, asleep in between (allreduce-bench --late-rank).", md)
         for r in late:
             r["late_busy"] = True
+            r["late_op_us"] = 27.0
         md = summarize.markdown(summarize.build({"world_size": 2}, recs, None, late=late))
         self.assertIn("5000 us late, busy in between (allreduce-bench --late-rank --late-busy).", md)
+        self.assertIn("| 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | 27.0 | 1 |", md)
         # one round: stability cannot be judged
         one = [r for r in recs if r["round"] == 0]
         g = {x["goal"]: x for x in summarize.build({"world_size": 2}, one, None)["goals15"]}

@@ -132,6 +132,11 @@ type LateResult struct {
 	LagUs float64 `json:"lag_us"`
 	// LagUsMin is the smallest of those lags.
 	LagUsMin float64 `json:"lag_us_min"`
+	// LateOpUs is the median over iterations of the late rank's own op,
+	// from its launch to its Wait returning, µs: WakeUs is about LateOpUs
+	// plus LagUs, the late rank's own path (after its delay) plus the
+	// waiting rank's wake-up.
+	LateOpUs float64 `json:"late_op_us"`
 	// Skew is Late.Skew's name.
 	Skew string `json:"skew"`
 	// Blocking: the ops ran in their blocking form (Config.Blocking).
@@ -206,6 +211,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 	cpuPct := make([]float64, 0, cfg.Iters)
 	wake := make([]float64, 0, cfg.Iters)
 	lag := make([]float64, 0, cfg.Iters)
+	lateOp := make([]float64, 0, cfg.Iters)
 	for i := 0; i < cfg.Iters; i++ {
 		if err := g.Barrier(ctx, cfg.opts...).Wait(ctx); err != nil {
 			return LateResult{}, fmt.Errorf("barrier before iteration %d: %w", i, err)
@@ -242,6 +248,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 		cpuPct = append(cpuPct, worstCPU)
 		wake = append(wake, lastWake)
 		lag = append(lag, lastWake-float64(lateEnd-arrived)/1e3)
+		lateOp = append(lateOp, float64(lateEnd-arrived)/1e3)
 	}
 	r := LateResult{Collective: cfg.Collective.String(), ReqBytes: size,
 		Bytes: int64(geo.Count) * int64(cfg.DType.Size()), Count: geo.Count, LateRank: late.Rank,
@@ -250,6 +257,7 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 		r.WaitCPUPct, r.WaitCPUPctMax = Median(cpuPct), slices.Max(cpuPct)
 		r.WakeUs, r.WakeUsMin, r.WakeUsMax = Median(wake), slices.Min(wake), slices.Max(wake)
 		r.LagUs, r.LagUsMin = Median(lag), slices.Min(lag)
+		r.LateOpUs = Median(lateOp)
 	}
 	for q := range n {
 		if wallSum[q] > 0 {
@@ -261,13 +269,13 @@ func measureLate(ctx context.Context, g Group, cfg *Config, late Late, size int6
 
 // FormatLateHeader is the comment lines above the late-arrival table.
 func FormatLateHeader() string {
-	return fmt.Sprintf("# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n",
-		"size", "count", "late", "delay", "wait_cpu", "cpu_max", "cpu_all", "wake", "wake_min", "wake_max", "lag", "lag_min",
-		"(B)", "(elements)", "(rank)", "(us)", "(%core)", "(%core)", "(%core)", "(us)", "(us)", "(us)", "(us)", "(us)")
+	return fmt.Sprintf("# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n# %12s %12s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n",
+		"size", "count", "late", "delay", "wait_cpu", "cpu_max", "cpu_all", "wake", "wake_min", "wake_max", "lag", "lag_min", "late_op",
+		"(B)", "(elements)", "(rank)", "(us)", "(%core)", "(%core)", "(%core)", "(us)", "(us)", "(us)", "(us)", "(us)", "(us)")
 }
 
 // FormatLateRow is one line of the late-arrival table.
 func FormatLateRow(r LateResult) string {
-	return fmt.Sprintf("  %12d %12d %6d %10.0f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n",
-		r.Bytes, r.Count, r.LateRank, r.LateUs, r.WaitCPUPct, r.WaitCPUPctMax, r.WaitCPUPctAll, r.WakeUs, r.WakeUsMin, r.WakeUsMax, r.LagUs, r.LagUsMin)
+	return fmt.Sprintf("  %12d %12d %6d %10.0f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f\n",
+		r.Bytes, r.Count, r.LateRank, r.LateUs, r.WaitCPUPct, r.WaitCPUPctMax, r.WaitCPUPctAll, r.WakeUs, r.WakeUsMin, r.WakeUsMax, r.LagUs, r.LagUsMin, r.LateOpUs)
 }
