@@ -209,7 +209,14 @@ var meshCases = []meshCase{
 	}},
 	{"allgather_flat", true, func(t *testing.T, mr *meshRun, n, count int, what string) {
 		checkMeshAllGather(t, mr, n, count, false, what, func(m *transport.Mesh, blocks [][]byte) error {
-			return allgatherFlat(m, blocks)
+			return allgatherFlat(m, blocks, n*1001*8)
+		})
+	}},
+	// In rounds of 40 bytes (5 elements; blocks are not multiples of it):
+	// up to 201 one-step rounds per op through the double-buffered slots.
+	{"allgather_flat_rounds40", true, func(t *testing.T, mr *meshRun, n, count int, what string) {
+		checkMeshAllGather(t, mr, n, count, false, what, func(m *transport.Mesh, blocks [][]byte) error {
+			return allgatherFlat(m, blocks, 40)
 		})
 	}},
 	{"reducescatter_ring", false, checkReduceScatterRing},

@@ -106,6 +106,53 @@ func TestBroadcastChainShm(t *testing.T) {
 	}
 }
 
+// TestAllGatherFlatRoundsShm: an allgather larger than the slots goes
+// through them in rounds (3 and 4 ranks over shm; 256-byte slots, so a
+// 4004-byte block takes 16 rounds, and an odd one ends on a short
+// round); every rank's output is checked, flat and list forms.
+func TestAllGatherFlatRoundsShm(t *testing.T) {
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			g := newGroup(t, n, Options{Transport: TransportSHM, FlatThreshold: 256})
+			for _, c := range []int{1001, 999} {
+				if e := g.engines[0]; e.useFlat(n*c*4) || !e.useFlatRounds(n*c*4) {
+					t.Fatalf("%d int32 per rank: the engine would not take the slots in rounds", c)
+				}
+				for _, list := range []bool{false, true} {
+					outs := make([][]comm.Buffer, n)
+					ins := make([]comm.Buffer, n)
+					for r := range n {
+						ins[r] = comm.NewHostBuffer(comm.Int32, c)
+						for i := range c {
+							setF(ins[r], i, float64(1000*r+i))
+						}
+						if list {
+							for range n {
+								outs[r] = append(outs[r], comm.NewHostBuffer(comm.Int32, c))
+							}
+						} else {
+							outs[r] = []comm.Buffer{comm.NewHostBuffer(comm.Int32, n*c)}
+						}
+					}
+					g.mustRun("allgather", func(r int, fp fpFunc) *comm.Op {
+						return &comm.Op{FP: fp(comm.OpAllGather, comm.Int32, c, -1, comm.ReduceOp{}), Type: comm.OpAllGather, In: []comm.Buffer{ins[r]}, Out: outs[r]}
+					})
+					for r := range n {
+						for i := range n {
+							blk := comm.Chunk(outs[r], i, nil, c)
+							for k := range c {
+								if got := getF(blk, k); got != float64(1000*i+k) {
+									t.Fatalf("c=%d list=%v: rank %d block %d elem %d = %v, want %d", c, list, r, i, k, got, 1000*i+k)
+								}
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestReduce: every root gets the closed form; non-root buffers unchanged.
 func TestReduce(t *testing.T) {
 	forEachGroup(t, Options{}, func(t *testing.T, g *group) {
@@ -142,13 +189,15 @@ func TestReduce(t *testing.T) {
 
 // TestAllGather: out[i] is filled with i, flat and list forms, and
 // AllGatherV with rank i contributing i+c elements; Bruck's algorithm (the
-// default for these sizes) and the ring (RingThreshold 1).
+// default for these sizes) and the ring (RingThreshold 1, no slots).
 func TestAllGather(t *testing.T) {
 	for _, algo := range []string{"bruck", "ring"} {
 		t.Run(algo, func(t *testing.T) {
 			opts := Options{}
 			if algo == "ring" {
-				opts.RingThreshold = 1
+				// The ring from every size, and no group segment: over
+				// shm, 3 and 4 ranks would take its slots in rounds.
+				opts.RingThreshold, opts.FlatThreshold = 1, -1
 			}
 			testAllGather(t, opts)
 		})

@@ -70,8 +70,8 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 		}
 		defer clear(blocks) // keep no reference to the caller's buffers
 		copy(blocks[r], in.Bytes())
-		if op.Type == comm.OpAllGather && e.useFlat(n*len(blocks[r])) {
-			return allgatherFlat(m, blocks)
+		if op.Type == comm.OpAllGather && (e.useFlat(n*len(blocks[r])) || e.useFlatRounds(n*len(blocks[r]))) {
+			return allgatherFlat(m, blocks, e.opts.FlatThreshold)
 		}
 		if e.useBruck(blocks) {
 			return allgatherBruck(m, blocks, e.scratch(bruckScratch(blocks)))
@@ -271,6 +271,24 @@ func (e *Engine) allReduce(op *comm.Op) error {
 func (e *Engine) useFlat(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && nbytes <= e.opts.FlatThreshold && nbytes < e.opts.RingThreshold
 }
+
+// useFlatRounds selects the slots, in rounds of FlatThreshold bytes per
+// rank, for an allgather of nbytes gathered among three or more ranks
+// that is too large for one round (allgather_flat.go), up to
+// flatRoundsMax. With more ranks than cores the ring's n−1 steps each
+// hand the CPUs over and it copies 2(n−1)·S bytes in all, the rounds n·S.
+// On the 2-core VM, 2026-11-27, two rounds each, mean µs, rounds against
+// the ring: 4 ranks 256 KiB 71–78 / 164–222, 1 MiB 171–205 / 334–388,
+// 4 MiB 615–650 / 1071–1235, 8 MiB 1783–2120 / 2782–3217; 3 ranks 256 KiB
+// 56–107 / 134–137, 1 MiB 169–177 / 269–296, 8 MiB 1694–1874 /
+// 2019–2730. With two ranks the ring is one step: it keeps it.
+func (e *Engine) useFlatRounds(nbytes int) bool {
+	return e.grp != nil && !e.inCoalesced && e.mesh.Size() > 2 && e.opts.FlatThreshold > 0 && nbytes <= flatRoundsMax
+}
+
+// flatRoundsMax is the largest allgather (bytes gathered) that goes
+// through the slots in rounds (useFlatRounds): the largest measured.
+const flatRoundsMax = 8 << 20
 
 // useChain selects the pipelined chain broadcast over scatter + allgather
 // for a broadcast of nbytes (at least RingThreshold) among three or more
