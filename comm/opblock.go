@@ -191,10 +191,12 @@ func (p *Promise) Release() {
 	}
 }
 
-// TryRetain is Retain for a holder that kept p without a reference (the
-// communicator keeps its last submitted op so, for Close's grace): it
-// takes a reference and reports true unless p's block has been released
-// to the pool (false: the op it was ended and nothing is left to read).
+// TryRetain is Retain for a pointer to p read from shared state whose
+// reference another goroutine may drop at any moment (the communicator's
+// last submitted op, which the next Submit swaps out and releases; see
+// Communicator.pinLast): it takes a reference and reports true unless p's
+// block has been released to the pool (false: the op it was ended and
+// nothing is left to read).
 // The block may have been reused since for another op, which the
 // reference then holds: the caller must check that p is still the op it
 // means (and Release it if not).

@@ -213,9 +213,9 @@ func sameLen(bufs []Buffer, n int) bool {
 func (pg *ProcessGroup) lowerUneven(b *opBlock, t OpType, list []Buffer, one Buffer, red ReduceOp) *Op {
 	counts := make([]int, len(list))
 	sum := 0
-	for i, b := range list {
-		counts[i] = b.Len()
-		sum += b.Len()
+	for i, buf := range list {
+		counts[i] = buf.Len()
+		sum += buf.Len()
 	}
 	op := newOp(b, t, one.DType(), red.Type(), sum, -1)
 	op.RecvCounts = counts

@@ -70,7 +70,7 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 		}
 		defer clear(blocks) // keep no reference to the caller's buffers
 		copy(blocks[r], in.Bytes())
-		if op.Type == comm.OpAllGather && (e.useFlat(n*len(blocks[r])) || e.useFlatRounds(n*len(blocks[r]))) {
+		if total := n * len(blocks[r]); op.Type == comm.OpAllGather && (e.useFlat(total) || e.useFlatRounds(total)) {
 			return allgatherFlat(m, blocks, e.opts.FlatThreshold)
 		}
 		if e.useBruck(blocks) {
