@@ -17,7 +17,9 @@
 #   1. world-size-1 collectives for every op and dtype, data checked on the host
 #   2. several independent communicators in one process
 #   3. hung stream (cuStreamWaitValue32): watchdog timeout -> ncclCommAbort ->
-#      ErrTimeout, the process survives (CleanupOnly)
+#      ErrTimeout, the process survives (CleanupOnly); on a GPU the abort
+#      blocks behind the hung stream and the engine stops waiting for it
+#      after Options.AbortTimeout
 #   4. nonblocking init with a missing peer times out
 #   5. launch overhead of a 4-byte allreduce: ranktree vs raw NCCL vs PyTorch
 #   6. NCCL >= 2.30: 2-4 ranks on the one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1)
@@ -97,7 +99,7 @@ PY
 
 run() {
 	local dir=${1:-$here}
-	dir=$(cd "$dir" && pwd)
+	dir=$(cd "$dir" && pwd) || { echo "gpu-check: no bundle folder $1" >&2; return 2; }
 	local res="$dir/results"
 	mkdir -p "$res"
 	if [ "${GPU_CHECK_FAKE:-0}" = 1 ]; then
@@ -109,11 +111,23 @@ run() {
 		unset RANKTREE_CUDA_LIB RANKTREE_NCCL_LIB RANKTREE_FAKEGPU_LIB
 	fi
 	declare -A status
+	# Each step is bounded by GPU_CHECK_STEP_TIMEOUT seconds (default 120):
+	# past it the step gets SIGQUIT, on which a Go test binary prints every
+	# goroutine's stack into the step's log, then SIGKILL 10 s later. One
+	# hung step (the first real run's step 3 blocked for minutes) no longer
+	# takes the time of the steps after it.
+	local steplimit=${GPU_CHECK_STEP_TIMEOUT:-120}
 	step() { # name, then command
 		local name=$1
 		shift
 		echo "=== $name: $*"
-		if "$@" >"$res/$name.log" 2>&1; then status[$name]=PASS; else status[$name]="FAIL (rc $?)"; fi
+		local rc=0
+		timeout -s QUIT -k 10 "$steplimit" "$@" >"$res/$name.log" 2>&1 || rc=$?
+		case $rc in
+		0) status[$name]=PASS ;;
+		124 | 137) status[$name]="FAIL (timed out after ${steplimit}s; stacks in the log)" ;;
+		*) status[$name]="FAIL (rc $rc)" ;;
+		esac
 		tail -n 5 "$res/$name.log"
 	}
 	{
@@ -141,14 +155,18 @@ run() {
 			step 0-cu-adapter "$dir/nccl_cuda.test" -test.v -test.count=1 -test.run TestCuBuffer
 		fi
 	fi
-	step 1-every-op-dtype "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestEveryOpEveryDType|TestRecvSetsSource|TestUnsupportedInputs|TestCallerStreamOrdering|TestUIDThroughStore'
+	step 1-every-op-dtype "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestEveryOpEveryDType|TestSelfP2POutsideGroup|TestUnsupportedInputs|TestCallerStreamOrdering|TestUIDThroughStore'
 	step 2-several-comms "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestSeveralCommunicators'
 	step 3-hung-stream "$dir/watchdogtest.test" -test.v -test.count=1 -test.run 'TestWatchdogTimesOutHungStream'
-	step 3b-abort-close "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestHungStreamAbort|TestCloseFailsInFlight|TestInjectedFaults'
+	# Alone: on a GPU its blocked ncclCommAbort leaves CUDA calls of the
+	# whole process blocked, which would hang the tests after it.
+	step 3b-abort "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestHungStreamAbort'
+	step 3c-close-faults "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestCloseFailsInFlight|TestInjectedFaults'
 	step 4-init-timeout "$dir/nccl.test" -test.v -test.count=1 -test.run 'TestInitTimeout|TestAbortDuringInit'
 	step 5-launchbench "$dir/launchbench" -n 2000
 	step 5-launchbench-nospin "$dir/launchbench" -n 2000 -spin-idle -1ns -spin-wait -1ns
-	step 5-pytorch pytorch_bench
+	export -f pytorch_bench
+	step 5-pytorch bash -c pytorch_bench
 	grep -q '"error"' "$res/5-pytorch.log" && status[5-pytorch]="SKIP (no torch)"
 	step 5-gobench "$dir/nccl.test" -test.run XXX -test.bench 'AllReduce4B' -test.benchtime 5000x
 	local ver

@@ -2,6 +2,9 @@ package nccl
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -97,16 +100,54 @@ func (l *Lib) CommDestroy(c Comm) error {
 // CommSplit makes a new communicator from c's ranks with the same color,
 // ordered by key (ncclCommSplit, NCCL 2.18+); color -1 (NCCL_SPLIT_NOCOLOR)
 // returns 0. cfg nil inherits c's config.
-func (l *Lib) CommSplit(c Comm, color, key int, cfg *Config) (Comm, Result, error) {
+//
+// NCCL writes the new handle only when the child's initialisation ends
+// (ncclCommInitRankFunc's exit), which for a nonblocking communicator is
+// after ncclCommSplit has returned, from NCCL's own thread: seen on an
+// H200 with NCCL 2.28.3, where the call returned ncclSuccess with the
+// handle still unset. So CommSplit waits for the handle up to wait (every
+// member of the split must have called it by then), and the slot NCCL
+// writes into lives in memory kept reachable for the process's life if
+// the wait runs out (the error then wraps comm.ErrTimeout), so that a
+// late write never lands in freed memory.
+func (l *Lib) CommSplit(c Comm, color, key int, cfg *Config, wait time.Duration) (Comm, Result, error) {
 	if l.fn.commSplit == 0 {
 		return 0, 0, fmt.Errorf("%w: ncclCommSplit needs NCCL 2.18+ (loaded %s)", comm.ErrUnsupported, VersionString(l.version))
 	}
 	out := new(uintptr)
 	r := call(l.fn.commSplit, uintptr(c), uintptr(int64(color)), uintptr(int64(key)), uintptr(unsafe.Pointer(out)), uintptr(unsafe.Pointer(cfg)))
-	if r == Success || r == InProgress {
-		return Comm(*out), r, nil
+	if r != Success && r != InProgress {
+		return Comm(atomic.LoadUintptr(out)), r, l.check("ncclCommSplit", r, c)
 	}
-	return Comm(*out), r, l.check("ncclCommSplit", r, c)
+	h := atomic.LoadUintptr(out)
+	if h != 0 || color == -1 {
+		return Comm(h), r, nil
+	}
+	deadline := time.Now().Add(wait)
+	for h == 0 {
+		if time.Now().After(deadline) {
+			lateSlots.Lock()
+			lateSlots.keep = append(lateSlots.keep, out)
+			lateSlots.Unlock()
+			return 0, r, fmt.Errorf("%w: ncclCommSplit: no communicator handle within %v (have all members split?)", comm.ErrTimeout, wait)
+		}
+		time.Sleep(100 * time.Microsecond)
+		h = atomic.LoadUintptr(out)
+	}
+	// The handle is written at the end of the child's init: its state is
+	// the child's own (ncclCommGetAsyncError), success or the init error.
+	cr, err := l.CommGetAsyncError(Comm(h))
+	if err != nil {
+		return Comm(h), cr, err
+	}
+	return Comm(h), cr, nil
+}
+
+// lateSlots keeps the handle slots of splits whose handle did not arrive
+// within CommSplit's wait: NCCL may still write them.
+var lateSlots struct {
+	sync.Mutex
+	keep []*uintptr
 }
 
 // CommCount is the number of ranks in c.

@@ -54,7 +54,11 @@ func lockCtx(t testing.TB, cu *cuda.Lib) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cu.PrimaryCtxRelease(d) })
+	t.Cleanup(func() {
+		if !cudaWedged.Load() {
+			_ = cu.PrimaryCtxRelease(d)
+		}
+	})
 	if err := cu.CtxSetCurrent(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -141,18 +145,8 @@ func TestBindingSmoke(t *testing.T) {
 			t.Fatalf("premul allreduce: got %v want %v×0.5", got, in)
 		}
 	}
-	// A bad call returns an *nccl.Error with the result name and last-error text.
-	_, err = nc.AllReduce(buf, buf, 4, nccl.DataType(99), nccl.Sum, c, s)
-	var ne *nccl.Error
-	if !errors.As(err, &ne) || !errors.Is(err, comm.ErrEngine) || ne.Code != nccl.InvalidArgument {
-		t.Fatalf("bad dtype: %v; want *nccl.Error ncclInvalidArgument", err)
-	}
-	t.Logf("bad dtype error: %v", err)
-	if !onGPU() && ne.Last == "" {
-		t.Fatal("error lacks ncclGetLastError text")
-	}
 	// Split (NCCL 2.18+) gives a working one-rank communicator.
-	sc, r, err := nc.CommSplit(c, 0, 0, nil)
+	sc, r, err := nc.CommSplit(c, 0, 0, nil, 30*time.Second)
 	if errors.Is(err, comm.ErrUnsupported) {
 		t.Logf("split unsupported: %v", err)
 	} else if err != nil || (r != nccl.Success && r != nccl.InProgress) || sc == 0 {
@@ -176,6 +170,53 @@ func TestBindingSmoke(t *testing.T) {
 		}
 	}
 	must(t, nc.CommDestroy(c))
+
+	// A bad call returns an *nccl.Error with the result name and last-error
+	// text. It runs on a communicator of its own, aborted after: a
+	// nonblocking communicator keeps the error as its async state, so
+	// every later call on it fails the same way (real NCCL 2.28; the fake
+	// does not model this).
+	bc := initComm(t, nc)
+	_, err = nc.AllReduce(buf, buf, 4, nccl.DataType(99), nccl.Sum, bc, s)
+	var ne *nccl.Error
+	if !errors.As(err, &ne) || !errors.Is(err, comm.ErrEngine) || ne.Code != nccl.InvalidArgument {
+		t.Fatalf("bad dtype: %v; want *nccl.Error ncclInvalidArgument", err)
+	}
+	t.Logf("bad dtype error: %v", err)
+	if !onGPU() && ne.Last == "" {
+		t.Fatal("error lacks ncclGetLastError text")
+	}
+	must(t, nc.CommAbort(bc))
+}
+
+// TestSplitHandleWrittenLate (fake): when NCCL writes a nonblocking
+// split's handle after ncclCommSplit returned (as NCCL 2.28 does, from its
+// own thread, once the child's init ends), CommSplit waits for it; a wait
+// that runs out fails with ErrTimeout, and NCCL's late write then lands in
+// memory CommSplit keeps alive.
+func TestSplitHandleWrittenLate(t *testing.T) {
+	fakeOnly(t)
+	cu, nc := libs(t)
+	lockCtx(t, cu)
+	c := initComm(t, nc)
+	defer func() { must(t, nc.CommDestroy(c)) }()
+	fakegpu.Set("split_late", 1)
+	defer fakegpu.Set("split_late", 0)
+	sc, r, err := nc.CommSplit(c, 0, 0, nil, 5*time.Second)
+	if err != nil || r != nccl.Success || sc == 0 {
+		t.Fatalf("CommSplit with a late handle = %v, %v, %v; want a communicator", sc, r, err)
+	}
+	if n, err := nc.CommCount(sc); n != 1 || err != nil {
+		t.Fatalf("split comm size %d, %v", n, err)
+	}
+	must(t, nc.CommDestroy(sc))
+	sc, _, err = nc.CommSplit(c, 0, 0, nil, time.Millisecond)
+	if !errors.Is(err, comm.ErrTimeout) || sc != 0 {
+		t.Fatalf("CommSplit whose handle comes after the wait = %v, %v; want ErrTimeout", sc, err)
+	}
+	runtime.GC()
+	time.Sleep(50 * time.Millisecond) // the late write lands in the kept slot
+	runtime.GC()
 }
 
 func TestDataTypeOfCoversEveryDType(t *testing.T) {

@@ -167,8 +167,10 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 
 // Abort fails every in-flight and later op with a *comm.AbortedError
 // carrying reason and calls ncclCommAbort on the engine's communicators
-// (also one still initializing). It returns without waiting for the GPU
-// and is idempotent; Close must still be called.
+// (also one still initializing). It waits for ncclCommAbort at most
+// Options.AbortTimeout (then AsyncError reports the communicator left
+// aborting), not for the GPU's work, and is idempotent; Close must still
+// be called.
 func (e *Engine) Abort(reason error) {
 	e.stop(&comm.AbortedError{Group: e.cfg.Group, Reason: reason})
 	e.log.Warn().AnErr("reason", reason).Msg("nccl engine aborted")
@@ -198,14 +200,42 @@ func (e *Engine) stop(err error) {
 	clear(e.live)
 	e.mu.Unlock()
 	if errors.Is(*e.stopErr.Load(), comm.ErrAborted) {
-		for _, c := range cs {
-			c.abort(e.nc)
-		}
+		e.abortComms(cs)
 	}
 	stopErr := *e.stopErr.Load()
 	for _, pr := range ws {
 		pr.Complete(stopErr)
 		pr.Release()
+	}
+}
+
+// abortComms calls ncclCommAbort on cs and waits for it at most
+// Options.AbortTimeout. ncclCommAbort returns once NCCL's kernels have
+// seen the abort flag, but a kernel that never started, queued behind a
+// caller's stream that does not move (a cuStreamWaitValue32 never
+// released, a caller's kernel that never ends), keeps it blocked, and
+// with it any CUDA call that waits for the device (seen on an H200, NCCL
+// 2.28.3; docs/gpu-verification.md). Past the bound the aborts go on in
+// the background, the engine's Works fail anyway, and AsyncError reports
+// the wedged communicator so that the caller restarts the process (c10d's
+// heartbeat monitor kills it in this state).
+func (e *Engine) abortComms(cs []*communicator) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, c := range cs {
+			c.abort(e.nc)
+		}
+	}()
+	t := time.NewTimer(e.opts.AbortTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		var err error = &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank,
+			Msg: fmt.Sprintf("ncclCommAbort on group %q did not return within %v (a stream ahead of NCCL's kernel does not move): the communicator is left aborting in the background and the GPU may stay wedged; restart the process", e.cfg.Group, e.opts.AbortTimeout)}
+		e.asyncErr.CompareAndSwap(nil, &err)
+		e.log.Error().Err(err).Dur("abort_timeout", e.opts.AbortTimeout).Msg("nccl abort did not return")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -149,21 +150,33 @@ func TestEveryOpEveryDType(t *testing.T) {
 
 func head(b []byte) []byte { return b[:min(len(b), 16)] }
 
-// TestRecvSetsSource: a Recv's Work reports the peer it received from.
-func TestRecvSetsSource(t *testing.T) {
+// TestSelfP2POutsideGroup: a Send or Recv to the engine's own rank on its
+// own is refused with an *comm.ArgError before anything reaches NCCL, and
+// the engine stays usable. Real NCCL requires a send to self to be matched
+// by a receive in the same ncclGroupStart/End (a coalesced op, which
+// TestEveryOpEveryDType covers); alone it fails asynchronously with
+// ncclInvalidUsage ("Trying to send to self without a matching recv"),
+// which poisons a nonblocking communicator (seen on an H200 with NCCL
+// 2.28.3, docs/gpu-verification.md). c10d refuses it too.
+func TestSelfP2POutsideGroup(t *testing.T) {
 	v := newEnv(t)
 	e := v.engine("p2p", nccl.Options{})
 	in := encode(comm.Int32, 8, func(i int) float64 { return float64(i) })
 	out := v.dev(comm.Int32, make([]byte, len(in)), 0)
-	ws := launch(e, &comm.Op{Type: comm.OpSend, Peer: 0, In: []comm.Buffer{v.dev(comm.Int32, in, 0)}})
-	wr := launch(e, &comm.Op{Type: comm.OpRecv, Peer: 0, Out: []comm.Buffer{out}})
-	for _, w := range []*comm.Work{ws, wr} {
-		if err := wait(t, w, 30*time.Second); err != nil {
-			t.Fatal(err)
+	for _, op := range []*comm.Op{
+		{Type: comm.OpSend, Peer: 0, In: []comm.Buffer{v.dev(comm.Int32, in, 0)}},
+		{Type: comm.OpRecv, Peer: 0, Out: []comm.Buffer{out}},
+	} {
+		err := wait(t, launch(e, op), 30*time.Second)
+		var ae *comm.ArgError
+		if !errors.As(err, &ae) || !errors.Is(err, comm.ErrInvalidArgument) || ae.Op != op.Type || !strings.Contains(err.Error(), "itself") {
+			t.Fatalf("%v to self: %v; want *comm.ArgError naming the rank itself", op.Type, err)
 		}
 	}
-	if wr.Source() != 0 || !bytes.Equal(v.host(out), in) {
-		t.Fatalf("recv source %d data % x", wr.Source(), v.host(out))
+	buf := v.dev(comm.Float32, encode(comm.Float32, 4, func(i int) float64 { return float64(i) }), 0)
+	w := launch(e, &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}, FP: fp(comm.OpAllReduce, comm.Float32, 4, 1)})
+	if err := wait(t, w, 30*time.Second); err != nil {
+		t.Fatalf("allreduce after the refused sends: %v", err)
 	}
 }
 

@@ -29,10 +29,22 @@ func hangCallerStream(t *testing.T, v *env) (comm.Buffer, func()) {
 	buf := v.dev(comm.Float32, make([]byte, 64), caller)
 	buf = comm.DeviceBuffer(buf.DevicePtr(), buf.Len(), comm.Float32, 0, uintptr(caller))
 	release := func() {
-		_ = v.cu.MemsetD32Async(cuda.DevicePtr(flag.DevicePtr()), 1, 1, side)
-		_ = v.cu.StreamSynchronize(caller)
-		_ = v.cu.StreamDestroy(caller)
-		_ = v.cu.StreamDestroy(side)
+		// Bounded: on a GPU, while an ncclCommAbort is blocked behind
+		// this stream these CUDA calls block too (seen on an H200).
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = v.cu.MemsetD32Async(cuda.DevicePtr(flag.DevicePtr()), 1, 1, side)
+			_ = v.cu.StreamSynchronize(caller)
+			_ = v.cu.StreamDestroy(caller)
+			_ = v.cu.StreamDestroy(side)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cudaWedged.Store(true)
+			t.Log("releasing the hung stream did not finish in 10 s (CUDA calls blocked behind the abort); leaking it")
+		}
 	}
 	return buf, release
 }
@@ -40,9 +52,13 @@ func hangCallerStream(t *testing.T, v *env) (comm.Buffer, func()) {
 // TestHungStreamAbort: an op behind a hung stream never completes; Abort
 // (what the watchdog calls, with ncclCommAbort inside) fails it promptly
 // with ErrAborted carrying the reason, later ops fail too, Close works.
+// On a GPU, ncclCommAbort itself blocks while NCCL's kernel waits behind
+// the hung stream: Abort then returns after Options.AbortTimeout, the
+// engine reports the wedged communicator, and Close may report that the
+// launch goroutine is blocked (it is, in the driver) but returns.
 func TestHungStreamAbort(t *testing.T) {
 	v := newEnv(t)
-	e := v.engine("hung", nccl.Options{EagerInit: true})
+	e := v.engine("hung", nccl.Options{EagerInit: true, AbortTimeout: time.Second, FinalizeTimeout: time.Second})
 	buf, release := hangCallerStream(t, v)
 	defer release()
 	w := launch(e, &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}, FP: fp(comm.OpAllReduce, comm.Float32, 16, 1)})
@@ -67,8 +83,12 @@ func TestHungStreamAbort(t *testing.T) {
 	}
 	e.Abort(errors.New("again")) // idempotent
 	if err := e.Close(); err != nil {
-		t.Fatal(err)
+		if !onGPU() {
+			t.Fatal(err)
+		}
+		t.Logf("Close behind a wedged abort: %v", err)
 	}
+	t.Logf("engine async error after the abort: %v", e.AsyncError())
 }
 
 // TestHangInsideNCCL (fake): a collective that never finishes on the NCCL
@@ -238,14 +258,20 @@ func TestInjectedFaults(t *testing.T) {
 }
 
 // TestCloseFailsInFlight: Close fails in-flight ops with ErrClosed and
-// releases the communicator.
+// releases the communicator. On a GPU, NCCL's teardown of a communicator
+// whose kernel waits behind the hung stream blocks (ncclCommDestroy, seen
+// on an H200): Close then returns its bounded error instead, after
+// FinalizeTimeout + 10 s, and the in-flight op has failed all the same.
 func TestCloseFailsInFlight(t *testing.T) {
 	v := newEnv(t)
-	e := v.engine("closing", nccl.Options{EagerInit: true})
+	e := v.engine("closing", nccl.Options{EagerInit: true, FinalizeTimeout: time.Second})
 	buf, release := hangCallerStream(t, v)
 	w := launch(e, &comm.Op{Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
 	if err := e.Close(); err != nil {
-		t.Fatal(err)
+		if !onGPU() {
+			t.Fatal(err)
+		}
+		t.Logf("Close with an op behind a hung stream: %v", err)
 	}
 	if err := wait(t, w, 5*time.Second); !errors.Is(err, comm.ErrClosed) {
 		t.Fatalf("in-flight op at Close: %v", err)

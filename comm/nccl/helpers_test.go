@@ -2,6 +2,7 @@ package nccl_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -14,6 +15,12 @@ import (
 	"github.com/ranktree/ranktree/comm/nccl"
 	"github.com/ranktree/ranktree/store"
 )
+
+// cudaWedged is set once a hung stream could not be released (on a GPU,
+// CUDA calls block while an ncclCommAbort waits behind it): cleanups then
+// leave device memory and the context alone rather than block the test
+// binary, which gpu-check runs such tests alone in.
+var cudaWedged atomic.Bool
 
 // env is a test's CUDA context plus helpers to move typed data to and from
 // device memory.
@@ -52,7 +59,11 @@ func (v *env) dev(dt comm.DType, host []byte, s cuda.Stream) comm.Buffer {
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	v.t.Cleanup(func() { _ = v.cu.MemFree(p) })
+	v.t.Cleanup(func() {
+		if !cudaWedged.Load() {
+			_ = v.cu.MemFree(p)
+		}
+	})
 	if len(host) > 0 {
 		if err := v.cu.MemcpyHtoD(p, host); err != nil {
 			v.t.Fatal(err)

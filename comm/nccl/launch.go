@@ -27,6 +27,19 @@ func (e *Engine) launch(c *communicator, op *comm.Op) (ev cuda.Event, err error)
 			err = &comm.EngineError{Engine: "nccl", Rank: e.cfg.Rank, FP: op.FP, Msg: fmt.Sprintf("internal error: %v", p)}
 		}
 	}()
+	if (op.Type == comm.OpSend || op.Type == comm.OpRecv) && op.Peer == e.cfg.Rank {
+		// NCCL needs a send to self matched by a receive in the same
+		// group; alone it fails asynchronously (ncclInvalidUsage) and
+		// poisons a nonblocking communicator. ProcessGroup refuses it
+		// first; this guards callers of the engine itself.
+		return 0, &comm.ArgError{Op: op.Type, Group: e.cfg.Group, Rank: e.cfg.Rank,
+			Msg: fmt.Sprintf("peer %d is this rank itself: a send to self must be matched by a receive from self in the same batch (BatchP2P)", op.Peer)}
+	}
+	if s := e.stopped(); s != nil {
+		// Stopped meanwhile: an abort may still hold c.mu inside a
+		// blocked ncclCommAbort (abortComms).
+		return 0, s
+	}
 	for _, s := range callerStreams(op, nil) {
 		if err := e.cu.EventRecord(c.startEv, s); err != nil {
 			return 0, e.engErr(op, err)

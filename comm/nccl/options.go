@@ -50,6 +50,12 @@ type Options struct {
 	// FinalizeTimeout bounds Close's ncclCommFinalize wait before it falls
 	// back to ncclCommAbort. 0 means 10 s.
 	FinalizeTimeout time.Duration
+	// AbortTimeout bounds how long Abort (and so the watchdog that calls
+	// it) waits for ncclCommAbort. The real call can block for as long as
+	// a stream ahead of NCCL's kernel does not move; past the bound the
+	// engine's Works fail anyway and AsyncError reports the communicator
+	// left aborting (see Engine.Abort). 0 means 10 s.
+	AbortTimeout time.Duration
 }
 
 // spinMinProcs is the GOMAXPROCS from which SpinIdle and SpinWait spin by
@@ -71,7 +77,7 @@ func (o *Options) validate(cfg comm.BackendConfig) error {
 		o.SpinWait = 200 * time.Microsecond
 	}
 	for name, d := range map[string]time.Duration{"InitTimeout": o.InitTimeout, "PollInterval": o.PollInterval,
-		"AsyncErrorInterval": o.AsyncErrorInterval, "FinalizeTimeout": o.FinalizeTimeout} {
+		"AsyncErrorInterval": o.AsyncErrorInterval, "FinalizeTimeout": o.FinalizeTimeout, "AbortTimeout": o.AbortTimeout} {
 		if d < 0 {
 			return fmt.Errorf("%w: nccl: Options.%s is negative (%v)", comm.ErrInvalidArgument, name, d)
 		}
@@ -90,6 +96,9 @@ func (o *Options) validate(cfg comm.BackendConfig) error {
 	}
 	if o.FinalizeTimeout == 0 {
 		o.FinalizeTimeout = 10 * time.Second
+	}
+	if o.AbortTimeout == 0 {
+		o.AbortTimeout = 10 * time.Second
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ func Build(tb testing.TB) string {
 }
 
 // Set sets fault knob name ("hang_after", "async_error_after",
-// "init_polls", "reset_count") to v; -1 disables hang_after and
+// "init_polls", "abort_blocks", "split_late", "reset_count") to v; -1 disables hang_after and
 // async_error_after. It panics for an unknown name (a test bug).
 func Set(name string, v int64) {
 	if setFn == nil {
@@ -137,6 +137,8 @@ func Reset() {
 	Set("hang_after", -1)
 	Set("async_error_after", -1)
 	Set("init_polls", 2)
+	Set("abort_blocks", 0)
+	Set("split_late", 0)
 	Set("reset_count", 0)
 }
 

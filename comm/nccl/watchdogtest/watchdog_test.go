@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,7 +89,9 @@ func TestWatchdogTimesOutHungStream(t *testing.T) {
 	wd := startWatchdog(t, exit)
 	cfg := comm.BackendConfig{Group: "default_pg", Epoch: 0, Rank: 0, Size: 1, Store: store.NewMemStore(), Device: 0,
 		Timeout: 30 * time.Second, Log: zerolog.Nop()}
-	e, err := nccl.New(context.Background(), cfg, nccl.Options{EagerInit: true})
+	// AbortTimeout 2 s: on a GPU, ncclCommAbort blocks while NCCL's kernel
+	// waits behind the hung stream (engine.abortComms).
+	e, err := nccl.New(context.Background(), cfg, nccl.Options{EagerInit: true, AbortTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,12 +103,23 @@ func TestWatchdogTimesOutHungStream(t *testing.T) {
 	flag, _ := cu.MemAlloc(4)
 	data, _ := cu.MemAlloc(64)
 	defer func() {
-		_ = cu.MemsetD32Async(flag, 1, 1, side) // release the stream before freeing
-		_ = cu.StreamSynchronize(caller)
-		_ = cu.MemFree(flag)
-		_ = cu.MemFree(data)
-		_ = cu.StreamDestroy(caller)
-		_ = cu.StreamDestroy(side)
+		// Release the stream before freeing. Bounded: with an abort
+		// still blocked in the driver, these calls may block too.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = cu.MemsetD32Async(flag, 1, 1, side)
+			_ = cu.StreamSynchronize(caller)
+			_ = cu.MemFree(flag)
+			_ = cu.MemFree(data)
+			_ = cu.StreamDestroy(caller)
+			_ = cu.StreamDestroy(side)
+		}()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Log("releasing the hung stream did not finish in 20 s (CUDA calls blocked behind the abort); leaking it")
+		}
 	}()
 	if err := cu.MemsetD32Async(flag, 0, 1, side); err != nil {
 		t.Fatal(err)
@@ -129,6 +143,7 @@ func TestWatchdogTimesOutHungStream(t *testing.T) {
 		t.Fatalf("hung op: %v; want ErrTimeout from the watchdog", err)
 	}
 	t.Logf("watchdog: %v", err)
+	t.Logf("engine async error after the abort: %v", e.AsyncError())
 	// The watchdog aborts the communicator: later ops fail with ErrAborted.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -157,6 +172,82 @@ func TestWatchdogTimesOutHungStream(t *testing.T) {
 	}
 	if c := exit.code.Load(); c != 0 {
 		t.Fatalf("CleanupOnly tore the process down (exit %d)", c-1)
+	}
+}
+
+// TestWatchdogAbortBlocked (fake): when ncclCommAbort blocks (as the real
+// one does while NCCL's kernel waits behind a stream that never moves),
+// the watchdog still fails the hung op with ErrTimeout after
+// Options.AbortTimeout, later ops fail with ErrAborted at once, the engine
+// reports the wedged communicator through AsyncError, the process is not
+// torn down, and once the abort returns the communicator is freed and
+// Close returns.
+func TestWatchdogAbortBlocked(t *testing.T) {
+	if onGPU() {
+		t.Skip("uses the fake library's abort_blocks fault (TestWatchdogTimesOutHungStream is its GPU counterpart)")
+	}
+	setup(t)
+	base := fakegpu.Live("comms")
+	exit := &exitRecorder{}
+	wd := startWatchdog(t, exit)
+	cfg := comm.BackendConfig{Group: "pg_wedged", Rank: 0, Size: 1, Store: store.NewMemStore(), Device: 0,
+		Timeout: 30 * time.Second, Log: zerolog.Nop()}
+	e, err := nccl.New(context.Background(), cfg, nccl.Options{EagerInit: true, AbortTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			fakegpu.Set("abort_blocks", 0)
+		}
+	}
+	defer release()
+	wd.Register(supervisor.GroupSpec{Name: "pg_wedged", Engine: "nccl", Members: []int{0}, Timeout: time.Minute}, e, e)
+	fakegpu.Set("hang_after", 0)
+	fakegpu.Set("abort_blocks", 1)
+
+	fp := comm.Fingerprint{Group: comm.GroupHash("pg_wedged"), Seq: 1, Op: comm.OpBarrier, Root: -1}
+	p := comm.NewPromise(comm.OpBarrier)
+	p.SetSeq(1)
+	wd.Track("pg_wedged", fp, 100*time.Millisecond, p)
+	start := time.Now()
+	e.Launch(&comm.Op{FP: fp, Type: comm.OpBarrier}, p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Work().Wait(ctx); !errors.Is(err, comm.ErrTimeout) {
+		t.Fatalf("hung op behind a blocked abort: %v; want ErrTimeout", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("ErrTimeout after %v; want about the op timeout + AbortTimeout", d)
+	}
+	var ee *comm.EngineError
+	if aerr := e.AsyncError(); !errors.As(aerr, &ee) || !strings.Contains(aerr.Error(), "did not return within") {
+		t.Fatalf("AsyncError after a blocked abort: %v; want an *comm.EngineError saying the abort did not return", aerr)
+	}
+	w2 := comm.NewPromise(comm.OpBarrier)
+	t0 := time.Now()
+	e.Launch(&comm.Op{Type: comm.OpBarrier}, w2)
+	if err := w2.Work().Wait(ctx); !errors.Is(err, comm.ErrAborted) || time.Since(t0) > time.Second {
+		t.Fatalf("op after the abort: %v after %v; want ErrAborted at once", err, time.Since(t0))
+	}
+	if c := exit.code.Load(); c != 0 {
+		t.Fatalf("CleanupOnly tore the process down (exit %d)", c-1)
+	}
+	if got := fakegpu.Live("comms"); got == base {
+		t.Fatal("communicator freed while ncclCommAbort is still blocked")
+	}
+	release()
+	deadline := time.Now().Add(10 * time.Second)
+	for got := fakegpu.Live("comms"); got != base; got = fakegpu.Live("comms") {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d live communicators after the abort returned, want %d", got, base)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close after the abort returned: %v", err)
 	}
 }
 

@@ -13,6 +13,8 @@
 
 extern pthread_mutex_t mu;            /* guards every fake object */
 extern long f_hang_after, f_async_after, f_init_polls;
+extern volatile long f_abort_blocks;
+extern long f_split_late;
 extern long ncoll;                    /* collectives enqueued process-wide */
 extern long live_comms;
 void load_faults(void);               /* mu held */

@@ -15,6 +15,12 @@
  *                    reports ncclSystemError.
  *   init_polls       number of ncclCommGetAsyncError polls a nonblocking
  *                    init stays in ncclInProgress (default 2).
+ *   abort_blocks     1: ncclCommAbort blocks until it is set back to 0, as
+ *                    the real one does when a kernel it must wait for is
+ *                    queued behind a stream that never moves.
+ *   split_late       1: ncclCommSplit returns ncclSuccess with the handle
+ *                    unset and writes it 20 ms later from another thread,
+ *                    as NCCL 2.28 does for a nonblocking split.
  * A communicator with nranks > 1 never finishes init (missing peers).
  */
 #include "fakegpu.h"
@@ -30,6 +36,8 @@ pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------- faults ---------------- */
 long f_hang_after = -1, f_async_after = -1, f_init_polls = 2;
+volatile long f_abort_blocks;
+long f_split_late;
 static int f_loaded;
 long ncoll;
 
@@ -53,6 +61,8 @@ int fakegpu_set(const char *name, long v) {
   if (!strcmp(name, "hang_after")) f_hang_after = v;
   else if (!strcmp(name, "async_error_after")) f_async_after = v;
   else if (!strcmp(name, "init_polls")) f_init_polls = v;
+  else if (!strcmp(name, "abort_blocks")) f_abort_blocks = v;
+  else if (!strcmp(name, "split_late")) f_split_late = v;
   else if (!strcmp(name, "reset_count")) ncoll = 0;
   else rc = -1;
   pthread_mutex_unlock(&mu);

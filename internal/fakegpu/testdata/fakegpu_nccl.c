@@ -1,5 +1,6 @@
 /* fakegpu_nccl.c: the fake NCCL of ranktree's CI (see fakegpu_cuda.c). */
 #include "fakegpu.h"
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,16 +130,37 @@ ncclResult_t ncclCommFinalize(comm *c) {
   return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(comm *c) { return release(c, 0); }
-ncclResult_t ncclCommAbort(comm *c) { return release(c, 1); }
+ncclResult_t ncclCommAbort(comm *c) {
+  while (f_abort_blocks) usleep(1000); /* unlocked: fakegpu_set must get in */
+  return release(c, 1);
+}
+struct late_split { comm **out; comm *c; };
+static void *write_split_late(void *p) {
+  struct late_split *ls = p;
+  usleep(20000);
+  __atomic_store_n(ls->out, ls->c, __ATOMIC_RELEASE);
+  free(ls);
+  return 0;
+}
 ncclResult_t ncclCommSplit(comm *c, int color, int key, comm **out, cfg_head *cfg) {
   (void)key;
   if (!c || !out) return ncclInvalidArgument;
   if (color == -1) { *out = 0; return ncclSuccess; }
   pthread_mutex_lock(&mu);
   ncclResult_t r;
-  *out = mkcomm(1, 0, cfg, &r);
+  comm *child = mkcomm(1, 0, cfg, &r);
+  long late = f_split_late;
   pthread_mutex_unlock(&mu);
-  return r;
+  if (!late) { *out = child; return r; }
+  /* as NCCL 2.28 does for a nonblocking split: the handle is written by
+     another thread once the child's init ends, after this call returned */
+  *out = 0;
+  struct late_split *ls = malloc(sizeof *ls);
+  ls->out = out; ls->c = child;
+  pthread_t th;
+  pthread_create(&th, 0, write_split_late, ls);
+  pthread_detach(th);
+  return ncclSuccess;
 }
 
 /* ---- reductions (world size 1: only PreMulSum changes the data) ---- */
