@@ -19,7 +19,8 @@
 #                  (scripts/bench/mpi_allreduce.py --collective C: Allreduce in place,
 #                  Allgather, Reduce_scatter_block, Bcast)
 #   late           (LATE=1) allreduce-bench --late-rank 1 --late-us LATE_US, shm, 2
-#                  ranks: the waiting rank's CPU % and wake-up latency per size
+#                  ranks: the waiting rank's CPU % and wake-up latency per size;
+#                  and, if PEERS has openmpi, mpi_allreduce.py --late-rank the same way
 #   launch         go test -bench Launch ./actors/ (actor launch overhead; LAUNCH_BENCH=1)
 #   baseline       memcpy and one loopback TCP stream of the largest size, before and
 #                  after the peers (scripts/bench/baseline.py), to show what the load left
@@ -227,6 +228,18 @@ run_late() {
 		--collective allreduce --op sum --dtype float32 --sizes "$LATE_SIZES" --iters "$LATE_ITERS" \
 		--warmup "$LATE_WARMUP" --transport shm --late-rank 1 --late-us "$LATE_US" "${lflag[@]}" "${bflag[@]}" --json >"$lg" 2>&1 || true
 	record ranktree shm "$1" allreduce "$lg" "$OUT/raw/late.jsonl"
+	# Open MPI under the same pattern (mpi_allreduce.py --late-rank), beside
+	# it in the table: the reference for the waiting rank's CPU and wake-up.
+	if [[ " $PEERS " == *" openmpi "* ]] && command -v mpirun >/dev/null; then
+		local ml="$OUT/raw/openmpi-late-r$1.log" mflag=()
+		if [ "$LATE_BUSY" = 1 ]; then
+			mflag=(--late-busy)
+		fi
+		log "late arrival: Open MPI, rank 1 ${LATE_US} us late, 2 ranks, round $1"
+		timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np 2 "$PY" "$BENCH/mpi_allreduce.py" \
+			--sizes "$LATE_SIZES" --iters "$LATE_ITERS" --warmup "$LATE_WARMUP" --late-rank 1 --late-us "$LATE_US" "${mflag[@]}" >"$ml" 2>&1 || true
+		record openmpi shm "$1" allreduce "$ml" "$OUT/raw/late.jsonl"
+	fi
 }
 
 run_baseline() { # WHEN

@@ -213,6 +213,41 @@ def measure_all(args, n, lead, make_op, barrier, max_reduce, peer, transport, ex
             emit(rec)
 
 
+def late_figures(rows, n, late_rank):
+    """The late-arrival figures of one size, as allreduce-bench's RunLate
+    computes them, from rows: per iteration, every rank's
+    [launch ns, return ns, process CPU ns] (3n integers, wall clock shared
+    by the ranks of one host). wait_cpu_pct: the waiting ranks' CPU from
+    launch to return, % of one core (median over iterations of the worst
+    waiting rank; _max the largest; _all the ratio of the sums); wake_us:
+    the late rank's launch to the last waiting rank's return; late_op_us:
+    the late rank's own launch to return; lag_us: wake minus late_op
+    (median, min). Times in µs."""
+    cpu_pct, wake, lag, own = [], [], [], []
+    cpu_sum, wall_sum = 0, 0
+    for row in rows:
+        arrived, late_end = row[3 * late_rank], row[3 * late_rank + 1]
+        worst, last = 0.0, 0.0
+        for r in range(n):
+            if r == late_rank:
+                continue
+            start, end, cpu = row[3 * r], row[3 * r + 1], row[3 * r + 2]
+            if end > start:
+                worst = max(worst, 100.0 * cpu / (end - start))
+                cpu_sum += cpu
+                wall_sum += end - start
+            last = max(last, (end - arrived) / 1e3)
+        o = (late_end - arrived) / 1e3
+        cpu_pct.append(worst)
+        wake.append(last)
+        own.append(o)
+        lag.append(last - o)
+    return {"wait_cpu_pct": median(cpu_pct), "wait_cpu_pct_max": max(cpu_pct),
+            "wait_cpu_pct_all": 100.0 * cpu_sum / wall_sum if wall_sum else 0.0,
+            "wake_us": median(wake), "wake_us_min": min(wake), "wake_us_max": max(wake),
+            "lag_us": median(lag), "lag_us_min": min(lag), "late_op_us": median(own)}
+
+
 def emit(rec):
     """Prints one record as a JSON line on stdout and flushes."""
     sys.stdout.write(json.dumps(rec) + "\n")

@@ -360,6 +360,22 @@ class SummarizeTest(unittest.TestCase):
         self.assertFalse(goals["4 B latency (mean) <= 10 us (shm)"]["met"])  # the medians would pass
         self.assertIn("| ranktree | shm | 20.00 | 2.50 / 10.00 |", summarize.markdown(res))
 
+    def test_late_figures(self):
+        # 2 ranks, rank 1 late; per iteration [launch, return, cpu] of each rank (ns)
+        rows = [
+            [0, 10_000, 1_000, 8_000, 9_000, 500],      # waiting rank 0 returns 2 us after rank 1's launch
+            [0, 20_000, 4_000, 15_000, 16_000, 500],    # 5 us after
+            [0, 30_000, 3_000, 24_000, 26_000, 500],    # 6 us after
+        ]
+        f = common.late_figures(rows, 2, 1)
+        self.assertAlmostEqual(f["wait_cpu_pct"], 10.0)   # 1/10, 4/20, 3/30 of the waits: 10, 20, 10 %
+        self.assertAlmostEqual(f["wait_cpu_pct_max"], 20.0)
+        self.assertEqual(f["wake_us"], 5.0)
+        self.assertEqual((f["wake_us_min"], f["wake_us_max"]), (2.0, 6.0))
+        self.assertEqual(f["late_op_us"], 1.0)
+        self.assertEqual((f["lag_us"], f["lag_us_min"]), (4.0, 1.0))
+        self.assertAlmostEqual(f["wait_cpu_pct_all"], 100.0 * 8_000 / 60_000)
+
     def test_goals15(self):
         recs = []
         for rnd in range(3):
@@ -390,14 +406,23 @@ class SummarizeTest(unittest.TestCase):
         self.assertEqual((x["value"], x["met"]), ("worst 30.0 us at 4 KiB (median over iterations)", False))
         md = summarize.markdown(res)
         self.assertIn("## Late arrival", md)
-        self.assertIn("| 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | - | 1 |", md)
+        self.assertIn("| ranktree | 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | - | 1 |", md)
         self.assertIn("5000 us late, asleep in between (allreduce-bench --late-rank).", md)
         for r in late:
             r["late_busy"] = True
             r["late_op_us"] = 27.0
         md = summarize.markdown(summarize.build({"world_size": 2}, recs, None, late=late))
         self.assertIn("5000 us late, busy in between (allreduce-bench --late-rank --late-busy).", md)
-        self.assertIn("| 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | 27.0 | 1 |", md)
+        self.assertIn("| ranktree | 4 KiB | 60.0 (120.0) | 30.0 (1.00-90.0) | 3.00 | 27.0 | 1 |", md)
+        # Open MPI's late rows sit beside ranktree's, and the goals stay ranktree's
+        mpi = [dict(r, peer="openmpi", wait_cpu_pct=100.0, wait_cpu_pct_max=100.2, wake_us=70.0, late_op_us=55.0) for r in late]
+        res = summarize.build({"world_size": 2}, recs, None, late=mpi + late)
+        self.assertEqual([r["peer"] for r in res["late"]], ["ranktree", "ranktree", "openmpi", "openmpi"])
+        g = {x["goal"]: x for x in res["goals15"]}
+        self.assertEqual(g["late rank (5000 us): waiting rank's CPU <= 10% of a core"]["value"], "worst 60.0% at 4 KiB")
+        md = summarize.markdown(res)
+        self.assertIn("| openmpi | 4 B | 100.0 (100.2) | 70.0 (1.00-90.0) | 3.00 | 55.0 | 1 |", md)
+        self.assertIn("Open MPI's rows: mpi_allreduce.py --late-rank", md)
         # one round: stability cannot be judged
         one = [r for r in recs if r["round"] == 0]
         g = {x["goal"]: x for x in summarize.build({"world_size": 2}, one, None)["goals15"]}
