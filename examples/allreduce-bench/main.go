@@ -9,7 +9,7 @@
 // Rank 0 prints one line per size: bytes, count, type, redop, time_us (the
 // median over --iters of the slowest rank's time), algbw_GBps and
 // busbw_GBps (nccl-tests' definitions; see package internal/bench), then
-// mean_us and p90_us of the same times (compare mean_us with Open MPI's
+// mean_us, p90_us and p99_us of the same times (compare mean_us with Open MPI's
 // mean of a timed loop: it counts the tails) and the CPU placement: the
 // CPU each rank ran on most and how often two ranks shared one, sampled
 // every --placement-every iterations. With --json it prints one JSON

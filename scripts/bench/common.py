@@ -146,17 +146,18 @@ def median(xs):
 
 
 def summarize(times_us):
-    """(mean, median, 90th percentile by nearest rank) of times_us."""
+    """(mean, median, 90th and 99th percentile by nearest rank) of times_us."""
     s = sorted(times_us)
     k = max(-(-9 * len(s) // 10) - 1, 0)
-    return sum(s) / len(s), median(s), s[k]
+    k99 = max(-(-99 * len(s) // 100) - 1, 0)
+    return sum(s) / len(s), median(s), s[k], s[k99]
 
 
 def result(peer, transport, n, size, times_us, collective="allreduce"):
     """The JSON record of one size (requested bytes) from the slowest-rank
     times in µs; bytes and count are those layout() makes of size."""
     t = median(times_us)
-    mean, p50, p90 = summarize(times_us)
+    mean, p50, p90, p99 = summarize(times_us)
     count = layout(collective, size, n)[0]
     nbytes = 4 * count
     algbw = nbytes / (t * 1e-6) / 1e9 if t > 0 else 0.0
@@ -175,6 +176,7 @@ def result(peer, transport, n, size, times_us, collective="allreduce"):
         "mean_us": round(mean, 3),
         "p50_us": round(p50, 3),
         "p90_us": round(p90, 3),
+        "p99_us": round(p99, 3),
         "iters": len(times_us),
     }
 

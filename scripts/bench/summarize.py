@@ -79,6 +79,9 @@ def cell(recs):
     c["spread"] = c["mean_us"] / c["mean_us_min"] if c["mean_us_min"] > 0 else 1.0
     if p90:
         c["p90_us"] = statistics.median(p90)
+    p99 = [float(r["p99_us"]) for r in recs if "p99_us" in r]
+    if p99:
+        c["p99_us"] = statistics.median(p99)
     return c
 
 
@@ -169,11 +172,12 @@ def sweep_markdown(sw):
             cells = [size_label(row)]
             for c in t["cols"]:
                 v = row["cols"].get(c)
-                cells.append("%s / %s" % (fmt_us(v["p50_us"]), fmt_us(v["p90_us"]) if "p90_us" in v else "-") if v else "-")
+                cells.append("%s / %s / %s" % (fmt_us(v["p50_us"]), fmt_us(v["p90_us"]) if "p90_us" in v else "-",
+                                                fmt_us(v["p99_us"]) if "p99_us" in v else "-") if v else "-")
             body.append(cells)
-        out += ["", "%s, %d ranks: median / p90 time per op in us (each the median over rounds)" % (
-            t["collective"], t["world"]), ""]
-        out += md_table(["size"] + ["%s p50 / p90" % c for c in t["cols"]], body)
+        out += ["", "%s, %d ranks: median / p90 / p99 time per op in us (each the median over rounds; "
+                "p99: the rare slow ops that move the mean)" % (t["collective"], t["world"]), ""]
+        out += md_table(["size"] + ["%s p50 / p90 / p99" % c for c in t["cols"]], body)
     return out
 
 

@@ -46,7 +46,9 @@ class SizeTest(unittest.TestCase):
         self.assertAlmostEqual(r["busbw_GBps"], r["algbw_GBps"])  # 2(n-1)/n = 1 for n = 2
         self.assertEqual((r["mean_us"], r["p50_us"], r["p90_us"]), (2000.0, 2000.0, 3000.0))
         r = common.result("openmpi", "shm", 2, 4, [float(x) for x in range(1, 11)])
-        self.assertEqual((r["mean_us"], r["p50_us"], r["p90_us"]), (5.5, 5.5, 9.0))
+        self.assertEqual((r["mean_us"], r["p50_us"], r["p90_us"], r["p99_us"]), (5.5, 5.5, 9.0, 10.0))
+        r = common.result("openmpi", "shm", 2, 4, [float(x) for x in range(1, 201)])
+        self.assertEqual((r["p90_us"], r["p99_us"]), (180.0, 198.0))  # the same ranks as allreduce-bench's Summarize
         r4 = common.result("gloo", "tcp", 4, 64 << 20, [2000.0])
         self.assertAlmostEqual(r4["busbw_GBps"], r4["algbw_GBps"] * 1.5, places=5)
         self.assertEqual((r4["collective"], r4["req_bytes"], r4["redop"]), ("allreduce", 64 << 20, "sum"))
@@ -312,7 +314,7 @@ class SummarizeTest(unittest.TestCase):
                 for req, used in ((4, 12), (8, 12), (4096, 4092)):
                     out.append({"peer": peer, "transport": "shm", "collective": "allgather", "world": 3, "round": rnd,
                                 "req_bytes": req, "bytes": used, "time_us": f, "mean_us": f * (2 if req == 8 else 1),
-                                "p50_us": f / 2, "p90_us": f * 4})
+                                "p50_us": f / 2, "p90_us": f * 4, "p99_us": f * 8})
                 out.append({"peer": peer, "transport": "shm", "collective": "broadcast", "world": 3, "round": rnd,
                             "req_bytes": 4096, "bytes": 4096, "time_us": 1.0, "mean_us": 1.0 + rnd})
         out.append({"peer": "gloo", "collective": "reducescatter", "world": 3, "round": 0, "transport": "tcp",
@@ -341,7 +343,7 @@ class SummarizeTest(unittest.TestCase):
         self.assertIn("### allgather", md)
         self.assertNotIn("## Summary", md)  # no allreduce measured
         self.assertIn("| 8 B (12 B) | 6.00 (6.00) | - | 2.00 (2.00) | 3.00x |", md)
-        self.assertIn("| 4 B (12 B) | 1.50 / 12.0 | 500.0 / - | 0.50 / 4.00 |", md)  # p50 / p90
+        self.assertIn("| 4 B (12 B) | 1.50 / 12.0 / 24.0 | 500.0 / - / - | 0.50 / 4.00 / 8.00 |", md)  # p50 / p90 / p99
         self.assertIn("- gloo reducescatter: not measured: torch 1.13's Gloo refuses it", md)
         self.assertIn("- gloo allgather: measured with all_gather into n views (refused: x)", md)
         self.assertIn("broadcast, 3 ranks: median / best", md)

@@ -8,9 +8,10 @@ import (
 
 // Result is one size's measurement. Its JSON form has the keys bytes,
 // count, type, redop, time_us, algbw_GBps and busbw_GBps (the fields of
-// nccl-tests' output table), then mean_us, p50_us and p90_us (the timed
-// iterations' mean, median and 90th percentile: compare mean_us with Open
-// MPI's mean of a timed loop, so the tails count), placement (where the
+// nccl-tests' output table), then mean_us, p50_us, p90_us and p99_us (the
+// timed iterations' mean, median, 90th and 99th percentile: compare mean_us
+// with Open MPI's mean of a timed loop, so the tails count; p99_us shows
+// the rare slow ops that move the mean), placement (where the
 // ranks ran), collective, req_bytes (the size asked for, before the
 // layout rounded it) and blocking (whether the ops ran in their blocking
 // form).
@@ -27,18 +28,19 @@ type Result struct {
 	MeanUs     float64   `json:"mean_us"`    // mean over timed iterations of the slowest rank's time, µs
 	P50Us      float64   `json:"p50_us"`     // median of the same (equal to TimeUs), µs
 	P90Us      float64   `json:"p90_us"`     // 90th percentile (nearest rank) of the same, µs
+	P99Us      float64   `json:"p99_us"`     // 99th percentile (nearest rank) of the same, µs
 	Placement  Placement `json:"placement"`  // CPUs the ranks ran on during the timed iterations
 	// Blocking: the collectives ran in their blocking form (comm.Blocking,
 	// Config.Blocking), timed as the call; false: AllReduce(...).Wait.
 	Blocking bool `json:"blocking"`
 }
 
-// Summarize returns the mean, median and 90th percentile (nearest rank:
-// the smallest value with at least 90% of xs at or below it) of xs; NaNs
-// for an empty slice. xs is not modified.
-func Summarize(xs []float64) (mean, p50, p90 float64) {
+// Summarize returns the mean, median, 90th and 99th percentile (nearest
+// rank: the smallest value with at least 90% (99%) of xs at or below it)
+// of xs; NaNs for an empty slice. xs is not modified.
+func Summarize(xs []float64) (mean, p50, p90, p99 float64) {
 	if len(xs) == 0 {
-		return math.NaN(), math.NaN(), math.NaN()
+		return math.NaN(), math.NaN(), math.NaN(), math.NaN()
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -46,8 +48,8 @@ func Summarize(xs []float64) (mean, p50, p90 float64) {
 		mean += x
 	}
 	mean /= float64(len(s))
-	k := int(math.Ceil(0.9*float64(len(s)))) - 1
-	return mean, Median(s), s[max(k, 0)]
+	rank := func(q float64) float64 { return s[max(int(math.Ceil(q*float64(len(s))))-1, 0)] }
+	return mean, Median(s), rank(0.9), rank(0.99)
 }
 
 // NewResult fills the bandwidths from bytes and the median time in µs for

@@ -60,7 +60,7 @@ func TestResultJSONKeys(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"algbw_GBps", "blocking", "busbw_GBps", "bytes", "collective", "count", "mean_us", "p50_us", "p90_us", "placement", "redop", "req_bytes", "time_us", "type"}
+	want := []string{"algbw_GBps", "blocking", "busbw_GBps", "bytes", "collective", "count", "mean_us", "p50_us", "p90_us", "p99_us", "placement", "redop", "req_bytes", "time_us", "type"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("JSON keys = %v, want %v (%s)", keys, want, b)
 	}
@@ -88,17 +88,27 @@ func TestFormatTable(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	xs := []float64{10, 1, 2, 3, 4, 5, 6, 7, 8, 9}
 	before := slices.Clone(xs)
-	mean, p50, p90 := Summarize(xs)
+	mean, p50, p90, p99 := Summarize(xs)
 	if mean != 5.5 || p50 != 5.5 || p90 != 9 {
 		t.Errorf("Summarize(1..10) = %v, %v, %v, want 5.5, 5.5, 9", mean, p50, p90)
 	}
 	if !slices.Equal(before, xs) {
 		t.Errorf("Summarize modified its input")
 	}
-	if mean, p50, p90 = Summarize([]float64{3}); mean != 3 || p50 != 3 || p90 != 3 {
+	if p99 != 10 {
+		t.Errorf("Summarize(1..10) p99 = %v, want 10", p99)
+	}
+	big := make([]float64, 200)
+	for i := range big {
+		big[i] = float64(i + 1)
+	}
+	if _, _, p90, p99 := Summarize(big); p90 != 180 || p99 != 198 {
+		t.Errorf("Summarize(1..200) p90, p99 = %v, %v, want 180, 198", p90, p99)
+	}
+	if mean, p50, p90, _ = Summarize([]float64{3}); mean != 3 || p50 != 3 || p90 != 3 {
 		t.Errorf("Summarize([3]) = %v, %v, %v", mean, p50, p90)
 	}
-	if mean, _, _ = Summarize(nil); !math.IsNaN(mean) {
+	if mean, _, _, _ = Summarize(nil); !math.IsNaN(mean) {
 		t.Errorf("Summarize(nil) mean = %v, want NaN", mean)
 	}
 }

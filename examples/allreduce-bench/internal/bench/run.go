@@ -221,7 +221,7 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 	bytes := int64(geo.Count) * int64(dt.Size())
 	r := NewResult(cfg.Collective, n, bytes, geo.Count, dt.String(), redop, Median(times))
 	r.ReqBytes = size
-	r.MeanUs, r.P50Us, r.P90Us = Summarize(times)
+	r.MeanUs, r.P50Us, r.P90Us, r.P99Us = Summarize(times)
 	r.Placement = NewPlacement(cpus, n, samples)
 	r.Blocking = cfg.Blocking
 	return r, nil
