@@ -244,14 +244,16 @@ func (wd *Watchdog) track(m *TrackWork, held bool, i int) (kept bool) {
 	}
 	w := m.Promise.Work()
 	if w.IsSuccess() && wd.core.Finished(m.Group, m.FP) {
-		t := w.Timings()
 		if admitted {
+			t := w.Timings()
 			wd.emitWork(m.Group, &m.FP, w, actors.StateScheduled, t)
 			if !t.Started.IsZero() {
 				wd.emitWork(m.Group, &m.FP, w, actors.StateStarted, t)
 			}
+			wd.finish(m.Group, &m.FP, w, admitted, t, nil)
+			return false
 		}
-		wd.finish(m.Group, &m.FP, w, admitted, t, nil)
+		wd.finishQuiet(m.Group, &m.FP, w)
 		return false
 	}
 	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: admitted, held: held})
@@ -293,6 +295,27 @@ func (wd *Watchdog) finish(group string, fp *comm.Fingerprint, w *comm.Work, adm
 	}
 	if wd.cfg.Events != nil && wd.smp.published(admitted, dur, err) {
 		wd.emitWork(group, fp, w, stateOf(err), t)
+	}
+}
+
+// finishQuiet is finish for a Work that succeeded and that the sampling
+// left out (the short path's common case): its duration comes from the
+// Work's raw timestamps (Work.UnixNanos), and its Timings, three time.Time
+// values, are built only if a slow completion is published after all.
+func (wd *Watchdog) finishQuiet(group string, fp *comm.Fingerprint, w *comm.Work) {
+	c, s, d := w.UnixNanos()
+	dur := time.Duration(0)
+	if d != 0 {
+		if s == 0 {
+			s = c
+		}
+		dur = time.Duration(d - s)
+	}
+	if wd.cfg.Metrics != nil {
+		wd.cfg.Metrics.WorkDone(group, *fp, dur, nil)
+	}
+	if wd.cfg.Events != nil && wd.smp.published(false, dur, nil) {
+		wd.emitWork(group, fp, w, actors.StateCompleted, w.Timings())
 	}
 }
 

@@ -157,15 +157,17 @@ func TestWatchdogSamplesWorkEvents(t *testing.T) {
 // fakeMetrics records the watchdog's WorkMetrics calls.
 type fakeMetrics struct {
 	scheduled, completed, failed, flushes int
-	seen                                  map[uint64]int // seq → WorkDone calls
+	seen                                  map[uint64]int           // seq → WorkDone calls
+	durs                                  map[uint64]time.Duration // seq → the last WorkDone's duration
 }
 
 func (m *fakeMetrics) WorkScheduled(string, comm.OpType) { m.scheduled++ }
-func (m *fakeMetrics) WorkDone(_ string, fp comm.Fingerprint, _ time.Duration, err error) {
+func (m *fakeMetrics) WorkDone(_ string, fp comm.Fingerprint, dur time.Duration, err error) {
 	if m.seen == nil {
-		m.seen = map[uint64]int{}
+		m.seen, m.durs = map[uint64]int{}, map[uint64]time.Duration{}
 	}
 	m.seen[fp.Seq]++
+	m.durs[fp.Seq] = dur
 	if err != nil {
 		m.failed++
 	} else {
@@ -173,6 +175,40 @@ func (m *fakeMetrics) WorkDone(_ string, fp comm.Fingerprint, _ time.Duration, e
 	}
 }
 func (m *fakeMetrics) FlushWorks() { m.flushes++ }
+
+// TestWatchdogShortPathDuration: a Work that ended before the drain (the
+// short path, which reads the Work's raw timestamps rather than its
+// Timings) is counted with the time from its start to its end, or from
+// its creation when it never started, as the full path counts it.
+func TestWatchdogShortPathDuration(t *testing.T) {
+	m := &fakeMetrics{}
+	wd := handWatchdog(t, WatchdogConfig{Metrics: m})
+	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0}}})
+	started := comm.NewPromise(comm.OpAllReduce)
+	time.Sleep(20 * time.Millisecond) // before the start: not counted
+	started.MarkStarted()
+	time.Sleep(10 * time.Millisecond)
+	started.Complete(nil)
+	never := comm.NewPromise(comm.OpAllReduce)
+	time.Sleep(10 * time.Millisecond)
+	never.Complete(nil)
+	wd.Track("g", fpAt(1), 0, started)
+	wd.Track("g", fpAt(2), 0, never)
+	wd.drain()
+	if wd.core.InFlight() != 0 {
+		t.Fatalf("%d Works in the core; both ended before the drain and take the short path", wd.core.InFlight())
+	}
+	for seq, w := range map[uint64]*comm.Promise{1: started, 2: never} {
+		tm := w.Work().Timings()
+		from := tm.Started
+		if from.IsZero() {
+			from = tm.Created
+		}
+		if want := tm.Completed.Sub(from); m.durs[seq] != want || want < 10*time.Millisecond || want > time.Second {
+			t.Errorf("seq %d: WorkDone got %v, want %v (start, or creation, to end)", seq, m.durs[seq], want)
+		}
+	}
+}
 
 // TestWatchdogFeedsMetricsExactly: every tracked Work is counted once when
 // first seen and once at its end, whether it finished before the tick (the
