@@ -137,10 +137,7 @@ func (l *Lib) CommSplit(c Comm, color, key int, cfg *Config, wait time.Duration)
 	// The handle is written at the end of the child's init: its state is
 	// the child's own (ncclCommGetAsyncError), success or the init error.
 	cr, err := l.CommGetAsyncError(Comm(h))
-	if err != nil {
-		return Comm(h), cr, err
-	}
-	return Comm(h), cr, nil
+	return Comm(h), cr, err
 }
 
 // lateSlots keeps the handle slots of splits whose handle did not arrive

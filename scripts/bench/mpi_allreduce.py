@@ -99,7 +99,7 @@ def main():
     if args.late_rank >= 0:
         if args.collective != "allreduce" or args.late_rank >= comm.Get_size() or comm.Get_size() < 2 or args.late_us <= 0:
             if comm.Get_rank() == 0:
-                sys.stderr.write("--late-rank needs --collective allreduce, a rank of at least 2 and --late-us > 0\n")
+                sys.stderr.write("--late-rank needs --collective allreduce, a rank of the world (of 2 ranks or more) and --late-us > 0\n")
             return 2
         btl = os.environ.get("OMPI_MCA_btl", "shm")
         lib = MPI.Get_library_version().splitlines()[0].strip().strip("\x00").strip()
