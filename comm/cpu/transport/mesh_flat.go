@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -109,7 +110,7 @@ func (m *Mesh) wakePeers() {
 // and a peer that sent a message of a message-based op at or before this
 // op's seq (it launched something else: a mismatch, checkPeerMsgs).
 func (m *Mesh) flatWait(w *atomic.Uint64, target uint64) error {
-	if m.reached(w, target) {
+	if m.reached(w, target) || m.spinTight(w, target) {
 		return nil
 	}
 	var b backoff
@@ -133,6 +134,48 @@ func (m *Mesh) flatWait(w *atomic.Uint64, target uint64) error {
 		if err := b.pause(m.ctl); err != nil {
 			b.reset()
 			return err
+		}
+	}
+}
+
+// tightSpin is how long a one-step op's wait first re-checks its
+// condition in a tight loop (Mesh.spinTight), with no call in between;
+// tightCheck is how many checks go between two readings of the clock.
+// The policy of pace.next (shm_group.go) calls runtime.Gosched and reads
+// the clock between checks, about 0.3 µs on the development VM, so a
+// peer that publishes during that call is seen up to 0.3 µs late, on
+// every small op; the tight loop sees it within a few nanoseconds. For
+// at most tightSpin the rank's other goroutines (GOMAXPROCS=1 under
+// rankrunner) do not run and a failure is not noticed, which the
+// watchdog's and a peer's time scales (milliseconds) do not notice.
+const (
+	tightSpin  = 3 * time.Microsecond
+	tightCheck = 64
+)
+
+// spinTight re-checks a one-step op's wait condition (flatWait) in a
+// tight loop for at most tightSpin, when the rank may spin: its group
+// spans processes whose ranks have a CPU each (ShmGroup.Spin > 0; never
+// when the ranks outnumber the CPUs, docs/algorithms.md, "Waiting"). It
+// reports whether the condition was reached, recording such a wait in
+// the group's forecast as a zero wait (ShmGroup.noteShortWait).
+func (m *Mesh) spinTight(w *atomic.Uint64, target uint64) bool {
+	g := m.ctl.Grp.Load()
+	if g == nil || g.Spin <= 0 {
+		return false
+	}
+	var start time.Time
+	for i := 1; ; i++ {
+		if m.reached(w, target) {
+			g.noteShortWait()
+			return true
+		}
+		if i%tightCheck == 0 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) >= tightSpin {
+				return false
+			}
 		}
 	}
 }

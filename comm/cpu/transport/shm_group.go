@@ -390,6 +390,18 @@ func (g *ShmGroup) startWait(p *pace) {
 	g.waits++
 }
 
+// noteShortWait records in the forecast a wait that ended within its
+// tight spin (Mesh.spinTight) as a zero wait, under the key startWait
+// gives it, so that a repeating long wait that stopped repeating stops
+// being forecast as it would had the wait gone through pause.
+func (g *ShmGroup) noteShortWait() {
+	var p pace
+	g.startWait(&p)
+	if p.fc != nil {
+		p.fc.record(p.key, 0)
+	}
+}
+
 // beginOp starts the waits of the op fp (Mesh.Begin). The waits of ops
 // of forecastMaxBytes or more are not forecast (g.waits at its limit).
 func (g *ShmGroup) beginOp(fp *comm.Fingerprint) {

@@ -439,3 +439,61 @@ func pending(t *testing.T, g *ShmGroup) int {
 	}
 	return n
 }
+
+// TestSpinTight: a one-step op's wait first spins in a tight loop when
+// the rank may spin (Spin > 0): a peer that publishes within tightSpin is
+// met there, and the wait is recorded in the forecast as a zero wait; a
+// peer later than that leaves the wait to the policy of pace.next. A rank
+// that may not spin (Spin 0) never enters the tight loop.
+func TestSpinTight(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	g0, g1 := twoRankGroup(t, t.TempDir())
+	c := NewCtl()
+	c.UseDoorbell(g0)
+	m := NewMesh(0, 2, make([]Link, 2), c)
+	m.Grp = g0
+	fp := comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 1}
+	m.Begin(OpCtx{FP: fp})
+	peer := g1.r[1].seq
+
+	// The peer has not published: the tight loop gives up after tightSpin.
+	g0.Spin = SpinFor
+	t0 := time.Now()
+	if m.spinTight(peer, 1) {
+		t.Fatal("spinTight reported a seq nobody published")
+	}
+	if d := time.Since(t0); d < tightSpin {
+		t.Fatalf("spinTight gave up after %v, before tightSpin (%v)", d, tightSpin)
+	}
+
+	// The peer publishes while rank 0 spins: met in the tight loop (the
+	// loop runs until it sees it or tightSpin passes; retry a few times
+	// in case this goroutine lost its CPU for longer than that).
+	met := false
+	for try := 0; try < 50 && !met; try++ {
+		target := uint64(try + 1)
+		go peer.Store(target)
+		for !met && peer.Load() < target {
+			met = m.spinTight(peer, target)
+		}
+		met = met || m.spinTight(peer, target)
+	}
+	if !met {
+		t.Fatal("spinTight never met a seq the peer published")
+	}
+	var p pace
+	m.Grp.beginOp(&fp)
+	m.Grp.startWait(&p)
+	e := &g0.fc.h[p.key%forecastSlots]
+	if e.key != p.key || e.n == 0 || e.d[(e.i+forecastLen-1)%forecastLen] != 0 {
+		t.Fatalf("the forecast did not record the tight wait as a zero wait: %+v (key %d)", *e, p.key)
+	}
+
+	// A rank that may not spin does not spin, even for a seq already there.
+	g0.Spin = 0
+	if m.spinTight(peer, 1) {
+		t.Fatal("spinTight spun with Spin 0")
+	}
+}
