@@ -365,3 +365,20 @@ func TestRunBlocking(t *testing.T) {
 		}
 	}
 }
+
+// TestMonoNow: the default clock moves forward with the monotonic clock
+// and stays within a millisecond of the wall clock.
+func TestMonoNow(t *testing.T) {
+	a := MonoNow()
+	time.Sleep(2 * time.Millisecond)
+	b := MonoNow()
+	if d := b.Sub(a); d < 2*time.Millisecond || d > time.Second {
+		t.Fatalf("MonoNow advanced %v over a 2 ms sleep", d)
+	}
+	if d := time.Since(b); d < 0 || d > time.Second {
+		t.Fatalf("MonoNow is %v from time.Now", d)
+	}
+	if d := time.Now().UnixNano() - MonoNow().UnixNano(); d < -int64(time.Millisecond) || d > int64(time.Millisecond) {
+		t.Fatalf("MonoNow's wall clock is %v ns from time.Now's", d)
+	}
+}
