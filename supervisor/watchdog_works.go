@@ -229,7 +229,8 @@ func (wd *Watchdog) flight(group string) *flight {
 // completed successfully takes the short path (see the top of this
 // file); any other goes under the core's deadline, and track reports
 // that it kept the inbox's reference to its Promise for that (inMsg).
-func (wd *Watchdog) track(m *TrackWork, held bool, i int) (kept bool) {
+func (wd *Watchdog) track(in *inMsg, i int) (kept bool) {
+	m, held := &in.track, in.held
 	wd.nextID++
 	id := wd.nextID
 	f := wd.flight(m.Group)
@@ -241,6 +242,10 @@ func (wd *Watchdog) track(m *TrackWork, held bool, i int) (kept bool) {
 	f.lastAt, f.lastID, f.lastAdmitted = i, id, admitted
 	if wd.cfg.Metrics != nil {
 		wd.cfg.Metrics.WorkScheduled(m.Group, m.FP.Op)
+	}
+	if in.done {
+		wd.trackDone(in, admitted)
+		return false
 	}
 	w := m.Promise.Work()
 	if w.IsSuccess() && wd.core.Finished(m.Group, m.FP) {
@@ -266,6 +271,39 @@ func (wd *Watchdog) track(m *TrackWork, held bool, i int) (kept bool) {
 	return true
 }
 
+// trackDone is track's short path for a Work folded at Track
+// (inMsg.fold), which completed successfully: from the times the inbox
+// kept, without reading the Work. The group's watermarks move unless it
+// is aborted (WatchdogCore.Finished); on an aborted group the full path
+// would fail the Work in vain (it had succeeded), so the outcome is the
+// same: a success, counted and sampled.
+func (wd *Watchdog) trackDone(in *inMsg, admitted bool) {
+	m := &in.track
+	wd.core.Finished(m.Group, m.FP)
+	s := in.started
+	if s == 0 {
+		s = in.created
+	}
+	dur := time.Duration(in.completed - s)
+	if wd.cfg.Metrics != nil {
+		wd.cfg.Metrics.WorkDone(m.Group, m.FP, dur, nil)
+	}
+	if wd.cfg.Events == nil || !wd.smp.published(admitted, dur, nil) {
+		return
+	}
+	t := comm.Timings{Created: time.Unix(0, in.created), Completed: time.Unix(0, in.completed)}
+	if in.started != 0 {
+		t.Started = time.Unix(0, in.started)
+	}
+	if admitted {
+		wd.emitWork(m.Group, &m.FP, nil, actors.StateScheduled, t)
+		if in.started != 0 {
+			wd.emitWork(m.Group, &m.FP, nil, actors.StateStarted, t)
+		}
+	}
+	wd.emitWork(m.Group, &m.FP, nil, actors.StateCompleted, t)
+}
+
 // noteNewest records, at the end of an inbox batch, each group's last
 // Work in it as the group's newest (publishNewest), holding its Promise.
 func (wd *Watchdog) noteNewest(batch []inMsg) {
@@ -273,11 +311,15 @@ func (wd *Watchdog) noteNewest(batch []inMsg) {
 		if wd.flights[f.name] != f {
 			continue // its group was deregistered within the batch
 		}
-		m := &batch[f.lastAt].track
-		held := batch[f.lastAt].held && m.Promise.Retain()
 		if f.newest.id != 0 {
 			f.newest.release()
+			f.newest = watched{}
 		}
+		if batch[f.lastAt].done {
+			continue // never the case (see inMsg.fold), but it has no Promise
+		}
+		m := &batch[f.lastAt].track
+		held := batch[f.lastAt].held && m.Promise.Retain()
 		f.newest = watched{id: f.lastID, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: f.lastAdmitted, held: held}
 	}
 	clear(wd.touched)
@@ -439,7 +481,7 @@ func stateOf(err error) string {
 }
 
 // emitWork publishes the change to state of Work w of group (fingerprint
-// fp), stamped with the Work's own time of the change (t: its timings; the
+// fp; nil: a Work that succeeded and was folded, see trackDone), stamped with the Work's own time of the change (t: its timings; the
 // watchdog sees changes at its tick, after the fact). Successful events go
 // out unsampled (EmitBudgeted): the watchdog has done the sampling.
 func (wd *Watchdog) emitWork(group string, fp *comm.Fingerprint, w *comm.Work, state string, t comm.Timings) {
@@ -463,8 +505,10 @@ func (wd *Watchdog) emitWork(group string, fp *comm.Fingerprint, w *comm.Work, s
 		if !t.Completed.IsZero() {
 			ev.DurUS = float64(workDuration(t).Nanoseconds()) / 1e3
 		}
-		if err := w.Err(); err != nil {
-			ev.Error = err.Error()
+		if w != nil {
+			if err := w.Err(); err != nil {
+				ev.Error = err.Error()
+			}
 		}
 	}
 	if wd.wsink != nil && ev.Error == "" {

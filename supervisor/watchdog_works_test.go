@@ -413,3 +413,121 @@ func TestWatchdogDrainsFullBatchBeforeTick(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestWatchdogFoldsFinishedWorkAtNextTrack: Track folds the inbox's last
+// entry when the next Work of the same group arrives and that entry's
+// Work has completed successfully: the entry lets go of the Work (so a
+// blocking op's block returns to its pool one op later), keeps its times,
+// and hands back the Promise to release if it held it. A Work still in
+// flight, a failed one, one of another group, a control message, or any
+// entry while a group is aborted is left as it was. At the drain, folded
+// Works count and publish exactly as Works read at the drain do: every
+// event (a plain sink publishes them all) at the Work's own times,
+// WorkDone with the start-to-end duration, the watermarks at the last seq.
+func TestWatchdogFoldsFinishedWorkAtNextTrack(t *testing.T) {
+	rec := &recorder{}
+	m := &fakeMetrics{}
+	wd := handWatchdog(t, WatchdogConfig{Metrics: m, Events: rec})
+	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "g", Members: []int{0, 1}, Timeout: time.Minute}})
+	wd.handle(RegisterGroup{Spec: GroupSpec{Name: "h", Members: []int{0, 1}, Timeout: time.Minute}})
+
+	ok1, ok2 := finishedWork(nil), finishedWork(nil)
+	neverStarted := comm.NewPromise(comm.OpAllReduce)
+	time.Sleep(time.Millisecond)
+	neverStarted.Complete(nil)
+	failed := finishedWork(errors.New("boom"))
+	inFlight := comm.NewPromise(comm.OpAllReduce)
+	other := finishedWork(nil)
+	last := finishedWork(nil)
+
+	wd.Track("g", fpAt(1), 0, ok1)
+	wd.Track("g", fpAt(2), 0, ok2)          // folds 1
+	wd.Track("g", fpAt(3), 0, neverStarted) // folds 2
+	wd.Track("g", fpAt(4), 0, failed)       // folds 3
+	wd.Track("g", fpAt(5), 0, inFlight)     // 4 failed: kept
+	wd.Track("g", fpAt(6), 0, other)        // 5 in flight: kept
+	wd.Track("h", fpAt(7), 0, last)         // 6 is of g: kept
+	wantDone := []bool{true, true, true, false, false, false, false}
+	for i, in := range wd.inbox {
+		if in.done != wantDone[i] || (in.done != (in.track.Promise == nil)) {
+			t.Fatalf("inbox[%d] (seq %d of %s): done %v, Promise %p; want done %v and a Promise only if not done",
+				i, in.track.FP.Seq, in.track.Group, in.done, in.track.Promise, wantDone[i])
+		}
+	}
+	if c, s, d := ok1.Work().UnixNanos(); wd.inbox[0].created != c || wd.inbox[0].started != s || wd.inbox[0].completed != d {
+		t.Fatalf("folded times %d %d %d, want the Work's %d %d %d", wd.inbox[0].created, wd.inbox[0].started, wd.inbox[0].completed, c, s, d)
+	}
+
+	// A held entry hands its Promise back to Track, which releases it.
+	held := inMsg{track: TrackWork{Group: "g", FP: fpAt(9), Promise: finishedWork(nil)}, held: true}
+	p := held.track.Promise
+	if got := held.fold("g"); got != p || held.held || !held.done {
+		t.Fatalf("fold of a held entry returned %p (held %v, done %v), want its Promise %p", got, held.held, held.done, p)
+	}
+	if got := held.fold("g"); got != nil {
+		t.Fatal("an entry was folded twice")
+	}
+	ctl := inMsg{ctl: SetGroupTimeout{Group: "g"}}
+	if ctl.fold("g") != nil || ctl.done {
+		t.Fatal("a control message was folded")
+	}
+
+	inFlight.MarkStarted()
+	inFlight.Complete(nil)
+	wd.drain()
+	wd.pollWorks(true)
+	if m.scheduled != 7 || m.completed != 6 || m.failed != 1 {
+		t.Fatalf("metrics scheduled %d completed %d failed %d, want 7, 6, 1", m.scheduled, m.completed, m.failed)
+	}
+	for seq, p := range map[uint64]*comm.Promise{1: ok1, 3: neverStarted} {
+		tm := p.Work().Timings()
+		from := tm.Started
+		if from.IsZero() {
+			from = tm.Created
+		}
+		if want := tm.Completed.Sub(from); m.durs[seq] != want {
+			t.Errorf("seq %d: WorkDone got %v, want %v", seq, m.durs[seq], want)
+		}
+	}
+	if w := wd.core.groups["g"].local; w.Completed != 6 || w.Launched != 6 {
+		t.Fatalf("g's watermarks %+v, want launched and completed 6", w)
+	}
+	_, evs := rec.snapshot()
+	states := map[uint64][]string{}
+	for _, ev := range evs {
+		if ev.Kind != actors.KindWork || ev.Group != "g" {
+			continue
+		}
+		states[ev.Seq] = append(states[ev.Seq], ev.State)
+		if ev.Seq == 1 {
+			tm := ok1.Work().Timings()
+			want := map[string]time.Time{actors.StateScheduled: tm.Created, actors.StateStarted: tm.Started, actors.StateCompleted: tm.Completed}[ev.State]
+			if !ev.Time.Equal(want) {
+				t.Errorf("seq 1 %s event at %v, want the Work's %v", ev.State, ev.Time, want)
+			}
+		}
+	}
+	want := map[uint64][]string{
+		1: {actors.StateScheduled, actors.StateStarted, actors.StateCompleted},
+		2: {actors.StateScheduled, actors.StateStarted, actors.StateCompleted},
+		3: {actors.StateScheduled, actors.StateCompleted},
+		4: {actors.StateScheduled, actors.StateStarted, actors.StateFailed},
+	}
+	for seq, w := range want {
+		if !slices.Equal(states[seq], w) {
+			t.Errorf("seq %d events %v, want %v", seq, states[seq], w)
+		}
+	}
+}
+
+// TestWatchdogDoesNotFoldWhileAborted: while a group is aborted, Track
+// folds nothing (a Work launched then must meet the core as before).
+func TestWatchdogDoesNotFoldWhileAborted(t *testing.T) {
+	wd := handWatchdog(t, WatchdogConfig{})
+	wd.aborted.Store(true)
+	wd.Track("g", fpAt(1), 0, finishedWork(nil))
+	wd.Track("g", fpAt(2), 0, finishedWork(nil))
+	if wd.inbox[0].done {
+		t.Fatal("Track folded a Work while a group was aborted")
+	}
+}
