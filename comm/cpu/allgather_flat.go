@@ -28,7 +28,6 @@ func allgatherFlat(s Slots, blocks [][]byte, piece int) error {
 				copy(blocks[p][off:off+k], src)
 			}
 		}
-		s.Done()
 		if off+k >= len(mine) {
 			return nil
 		}

@@ -27,6 +27,5 @@ func broadcastFlat(s Slots, buf []byte, root int) error {
 			copy(buf, src)
 		}
 	}
-	s.Done()
 	return nil
 }

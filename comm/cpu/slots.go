@@ -20,11 +20,10 @@ type Slots interface {
 	// Slot waits until rank p published its slot of the current op,
 	// checks its header against this rank's op (fingerprint, and a
 	// payload of n bytes) and returns the payload, which stays valid and
-	// unchanged until Done. Slot(Rank(), n) is this rank's own.
+	// unchanged until this rank's next Publish (a peer reuses its slot
+	// of op k for op k+2 only once every rank published op k+1).
+	// Slot(Rank(), n) is this rank's own.
 	Slot(p, n int) ([]byte, error)
-	// Done tells the peers that this rank has read every slot of the
-	// current op (its slots may be reused for op k+2).
-	Done()
 	// Reduce combines src into dst with the op's reduction (dst = op(dst, src)).
 	Reduce(dst, src []byte) error
 }

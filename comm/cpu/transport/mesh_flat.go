@@ -12,10 +12,15 @@ import (
 const flatStep = 1 << 23
 
 // Publish implements Slots. Op k uses slot k%2, which op k-2 used last:
-// every peer must have finished reading that (acknowledged k-2) first.
-// Every peer has done so in the flat-only sequence of ops (it published
-// op k-1, which this rank read, only after it acknowledged k-2), so the
-// wait below is a safety check that does not wait in practice.
+// every peer must have finished reading that first. A peer reads op
+// k-2's slots before it publishes op k-1 (one goroutine, in order), so
+// it has once its sequence word reached k-1. This rank saw every rank's
+// reach k-1 if it completed op k-1 (m.fall, set by the op's first
+// peer Slot), the case of every op after a successful one: then it
+// checks nothing in shared memory, which saves a read of a line each
+// peer wrote (a cache miss) and a write to one (an acknowledgement word
+// the peers read, as this segment used to have). Otherwise it waits for
+// each peer's sequence word.
 func (m *Mesh) Publish(payload []byte) error {
 	g := m.Grp
 	if len(payload) > g.slotBytes {
@@ -23,10 +28,10 @@ func (m *Mesh) Publish(payload []byte) error {
 			Msg: fmt.Sprintf("internal error: %d bytes for a %d-byte shm slot", len(payload), g.slotBytes)}
 	}
 	k := g.K + 1
-	if k > 2 {
+	if k > 2 && m.fall+1 < k {
 		for p := range g.size {
 			if p != m.rank {
-				if err := m.flatWait(g.r[p].ack, k-2); err != nil {
+				if err := m.flatWait(g.r[p].seq, k-1); err != nil {
 					return err
 				}
 			}
@@ -85,15 +90,8 @@ func (m *Mesh) Slot(p, n int) ([]byte, error) {
 	return slot[HeaderSize : HeaderSize+n], nil
 }
 
-// Done implements Slots. It wakes nobody: a rank waits for acks only as
-// a safety check that does not wait in practice (Publish), and such a
-// wait re-checks after every sleep slice.
-func (m *Mesh) Done() {
-	m.Grp.r[m.rank].ack.Store(m.Grp.K)
-}
-
-// wakePeers wakes the peers that sleep waiting (for a slot, an ack or a
-// message): on their bells (shm_group.go), or through the pair links.
+// wakePeers wakes the peers that sleep waiting (for a slot, a sequence
+// word or a message): on their bells (shm_group.go), or through the pair links.
 func (m *Mesh) wakePeers() {
 	if m.Grp.Doorbell {
 		m.Grp.wakePeers()
@@ -234,8 +232,8 @@ func (m *Mesh) checkPeerSlots() error {
 		if s <= g.K {
 			continue
 		}
-		// Slot s%2 stays as rank q wrote it until this rank acknowledges
-		// op s, which it has not run.
+		// Slot s%2 stays as rank q wrote it until this rank publishes op
+		// s+1 (q reuses it for op s+2 only then), and it has not run op s.
 		h, err := decodeHeader(g.r[q].slot[s%2][:HeaderSize])
 		if err != nil {
 			return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP, Msg: fmt.Sprintf("shm slot of rank %d: %v", q, err)}

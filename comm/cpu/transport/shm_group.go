@@ -31,7 +31,8 @@ import (
 // cache lines, so that no two writers share a line):
 //
 //	0    seq  u64  flat ops this rank has published (written by the rank)
-//	128  ack  u64  flat ops this rank has finished reading (by the rank)
+//	128  (unused; an acknowledgement word until session 10: a rank's
+//	     next publish says as much, see Mesh.Publish)
 //	256  (unused)
 //	384  sleeping u32  set by the rank while it may block on its doorbell
 //	512  slot 0: 64-byte header (the op's fingerprint) + slot bytes
@@ -60,7 +61,7 @@ func grpBytes(n, slot int) int { return grpHeadBytes + n*grpBlockBytes(slot) }
 
 // flatRank is one rank's block of the group segment.
 type flatRank struct {
-	seq, ack *atomic.Uint64
+	seq      *atomic.Uint64
 	sleeping *atomic.Uint32
 	slot     [2][]byte // header + payload
 }
@@ -113,7 +114,7 @@ func GroupOver(mem []byte, n, slot, rank int) *ShmGroup {
 		u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[b+off])) }
 		s0 := b + grpCtlBytes
 		s1 := s0 + HeaderSize + slot
-		g.r[p] = flatRank{seq: u64(0), ack: u64(128), sleeping: (*atomic.Uint32)(unsafe.Pointer(&mem[b+384])),
+		g.r[p] = flatRank{seq: u64(0), sleeping: (*atomic.Uint32)(unsafe.Pointer(&mem[b+384])),
 			slot: [2][]byte{mem[s0 : s0+HeaderSize+slot : s0+HeaderSize+slot], mem[s1 : s1+HeaderSize+slot : s1+HeaderSize+slot]}}
 	}
 	return g
