@@ -280,11 +280,7 @@ func (wd *Watchdog) track(in *inMsg, i int) (kept bool) {
 func (wd *Watchdog) trackDone(in *inMsg, admitted bool) {
 	m := &in.track
 	wd.core.Finished(m.Group, m.FP)
-	s := in.started
-	if s == 0 {
-		s = in.created
-	}
-	dur := time.Duration(in.completed - s)
+	dur := spanNanos(in.created, in.started, in.completed)
 	if wd.cfg.Metrics != nil {
 		wd.cfg.Metrics.WorkDone(m.Group, m.FP, dur, nil)
 	}
@@ -345,20 +341,25 @@ func (wd *Watchdog) finish(group string, fp *comm.Fingerprint, w *comm.Work, adm
 // Work's raw timestamps (Work.UnixNanos), and its Timings, three time.Time
 // values, are built only if a slow completion is published after all.
 func (wd *Watchdog) finishQuiet(group string, fp *comm.Fingerprint, w *comm.Work) {
-	c, s, d := w.UnixNanos()
-	dur := time.Duration(0)
-	if d != 0 {
-		if s == 0 {
-			s = c
-		}
-		dur = time.Duration(d - s)
-	}
+	dur := spanNanos(w.UnixNanos())
 	if wd.cfg.Metrics != nil {
 		wd.cfg.Metrics.WorkDone(group, *fp, dur, nil)
 	}
 	if wd.cfg.Events != nil && wd.smp.published(false, dur, nil) {
 		wd.emitWork(group, fp, w, actors.StateCompleted, w.Timings())
 	}
+}
+
+// spanNanos is workDuration from a Work's raw times (Work.UnixNanos:
+// created, started and completed, 0 if not yet).
+func spanNanos(created, started, completed int64) time.Duration {
+	if completed == 0 {
+		return 0
+	}
+	if started == 0 {
+		started = created
+	}
+	return time.Duration(completed - started)
 }
 
 // workDuration is the time from a Work's start (its creation if it never

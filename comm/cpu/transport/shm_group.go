@@ -31,8 +31,8 @@ import (
 // cache lines, so that no two writers share a line):
 //
 //	0    seq  u64  flat ops this rank has published (written by the rank)
-//	128  (unused; an acknowledgement word until session 10: a rank's
-//	     next publish says as much, see Mesh.Publish)
+//	128  (unused: formerly an acknowledgement word, which the rank's
+//	     next publish makes redundant; see Mesh.Publish)
 //	256  (unused)
 //	384  sleeping u32  set by the rank while it may block on its doorbell
 //	512  slot 0: 64-byte header (the op's fingerprint) + slot bytes
