@@ -244,21 +244,14 @@ func (wd *Watchdog) track(in *inMsg, i int) (kept bool) {
 		wd.cfg.Metrics.WorkScheduled(m.Group, m.FP.Op)
 	}
 	if in.done {
-		wd.trackDone(in, admitted)
+		wd.core.Finished(m.Group, m.FP) // false on an aborted group: see endedOK
+		wd.endedOK(in, admitted)
 		return false
 	}
 	w := m.Promise.Work()
 	if w.IsSuccess() && wd.core.Finished(m.Group, m.FP) {
-		if admitted {
-			t := w.Timings()
-			wd.emitWork(m.Group, &m.FP, w, actors.StateScheduled, t)
-			if !t.Started.IsZero() {
-				wd.emitWork(m.Group, &m.FP, w, actors.StateStarted, t)
-			}
-			wd.finish(m.Group, &m.FP, w, admitted, t, nil)
-			return false
-		}
-		wd.finishQuiet(m.Group, &m.FP, w)
+		in.created, in.started, in.completed = w.UnixNanos()
+		wd.endedOK(in, admitted)
 		return false
 	}
 	f.ws = append(f.ws, watched{id: id, p: m.Promise, group: m.Group, epoch: m.FP.Epoch, fp: m.FP, events: admitted, held: held})
@@ -271,15 +264,15 @@ func (wd *Watchdog) track(in *inMsg, i int) (kept bool) {
 	return true
 }
 
-// trackDone is track's short path for a Work folded at Track
-// (inMsg.fold), which completed successfully: from the times the inbox
-// kept, without reading the Work. The group's watermarks move unless it
-// is aborted (WatchdogCore.Finished); on an aborted group the full path
-// would fail the Work in vain (it had succeeded), so the outcome is the
-// same: a success, counted and sampled.
-func (wd *Watchdog) trackDone(in *inMsg, admitted bool) {
+// endedOK counts and samples a Work that completed successfully before
+// the watchdog first saw it, from its times in the inbox entry (Unix ns:
+// folded at Track, inMsg.fold, or copied at the drain), without building
+// its Timings unless an event is published. A folded Work's group may
+// have been aborted since (WatchdogCore.Finished then moves nothing); the
+// full path would only fail it in vain, since it had succeeded, so the
+// outcome is the same: a success, counted and sampled.
+func (wd *Watchdog) endedOK(in *inMsg, admitted bool) {
 	m := &in.track
-	wd.core.Finished(m.Group, m.FP)
 	dur := spanNanos(in.created, in.started, in.completed)
 	if wd.cfg.Metrics != nil {
 		wd.cfg.Metrics.WorkDone(m.Group, m.FP, dur, nil)
@@ -333,20 +326,6 @@ func (wd *Watchdog) finish(group string, fp *comm.Fingerprint, w *comm.Work, adm
 	}
 	if wd.cfg.Events != nil && wd.smp.published(admitted, dur, err) {
 		wd.emitWork(group, fp, w, stateOf(err), t)
-	}
-}
-
-// finishQuiet is finish for a Work that succeeded and that the sampling
-// left out (the short path's common case): its duration comes from the
-// Work's raw timestamps (Work.UnixNanos), and its Timings, three time.Time
-// values, are built only if a slow completion is published after all.
-func (wd *Watchdog) finishQuiet(group string, fp *comm.Fingerprint, w *comm.Work) {
-	dur := spanNanos(w.UnixNanos())
-	if wd.cfg.Metrics != nil {
-		wd.cfg.Metrics.WorkDone(group, *fp, dur, nil)
-	}
-	if wd.cfg.Events != nil && wd.smp.published(false, dur, nil) {
-		wd.emitWork(group, fp, w, actors.StateCompleted, w.Timings())
 	}
 }
 
@@ -482,7 +461,7 @@ func stateOf(err error) string {
 }
 
 // emitWork publishes the change to state of Work w of group (fingerprint
-// fp; nil: a Work that succeeded and was folded, see trackDone), stamped with the Work's own time of the change (t: its timings; the
+// fp; nil: a Work that succeeded before the watchdog saw it, endedOK), stamped with the Work's own time of the change (t: its timings; the
 // watchdog sees changes at its tick, after the fact). Successful events go
 // out unsampled (EmitBudgeted): the watchdog has done the sampling.
 func (wd *Watchdog) emitWork(group string, fp *comm.Fingerprint, w *comm.Work, state string, t comm.Timings) {
