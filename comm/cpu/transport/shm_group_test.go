@@ -497,3 +497,56 @@ func TestSpinTight(t *testing.T) {
 		t.Fatal("spinTight spun with Spin 0")
 	}
 }
+
+// TestYieldTight checks the oversubscribed counterpart of spinTight: it
+// yields only where the rank may not spin but may yield, gives up after
+// tightYields yields without the condition, and meets a seq a peer
+// publishes meanwhile.
+func TestYieldTight(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	g0, g1 := twoRankGroup(t, t.TempDir())
+	c := NewCtl()
+	c.UseDoorbell(g0)
+	m := NewMesh(0, 2, make([]Link, 2), c)
+	m.Grp = g0
+	m.Begin(OpCtx{FP: comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 1}})
+	peer := g1.r[1].seq
+
+	// May spin, or may neither spin nor yield: no tight yields, even for
+	// a seq already there.
+	peer.Store(1)
+	for _, c := range []struct{ spin, yield time.Duration }{{SpinFor, SpinFor}, {0, 0}} {
+		g0.Spin, g0.Yield = c.spin, c.yield
+		if m.yieldTight(peer, 1) {
+			t.Fatalf("yieldTight yielded with Spin %v, Yield %v", c.spin, c.yield)
+		}
+	}
+
+	g0.Spin, g0.Yield = 0, SpinFor
+	if !m.yieldTight(peer, 1) {
+		t.Fatal("yieldTight missed a seq already published")
+	}
+	// Nobody publishes seq 2: it gives up after its few yields.
+	t0 := time.Now()
+	if m.yieldTight(peer, 2) {
+		t.Fatal("yieldTight reported a seq nobody published")
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Fatalf("yieldTight took %v to give up", d)
+	}
+	// The peer publishes from another goroutine: met within the yields
+	// (retried, as the goroutine may not run in time).
+	met := false
+	for try := 0; try < 200 && !met; try++ {
+		target := uint64(try + 2)
+		done := make(chan struct{})
+		go func() { peer.Store(target); close(done) }()
+		met = m.yieldTight(peer, target)
+		<-done
+	}
+	if !met {
+		t.Fatal("yieldTight never met a seq the peer published")
+	}
+}
