@@ -180,9 +180,10 @@ func (m *Mesh) spinTight(w *atomic.Uint64, target uint64) bool {
 
 // tightYields is how many times an oversubscribed one-step op's wait
 // first hands the CPU over (sched_yield) with nothing but a re-check of
-// its condition in between (Mesh.yieldTight). The paced policy's yield step (shm_group.go) also
-// runs this process's other goroutines (runtime.Gosched), reads the
-// clock and polls every pair link between two yields; with more ranks
+// its condition in between (Mesh.yieldTight). The paced policy's yield
+// step (shm_group.go) also runs this process's other goroutines
+// (runtime.Gosched), reads the clock and polls every pair link between
+// two yields; with more ranks
 // than CPUs an op waits there once per op for a peer that shares its
 // CPU, and those calls lengthened every such op. On the 2-core VM,
 // 2026-11-27, 5000 ops a size, 5–6 rounds interleaved with the build
