@@ -29,3 +29,23 @@ func broadcastFlat(s Slots, buf []byte, root int) error {
 	}
 	return nil
 }
+
+// broadcastSlots is the broadcast of a buffer larger than the one-step
+// threshold among three or more ranks when every rank is on this host
+// (Engine.useSlotBroadcast): broadcastFlat in rounds of at most piece
+// bytes (the slots' size, Options.SlotBytes), each round a one-step
+// exchange whose slots carry every rank's fingerprint, as broadcastFlat's
+// do, so it needs no agreement first. The slots are double-buffered: the
+// root writes round j+1 while the others still copy round j out. The
+// root copies |buf| bytes into its slot and each other rank copies them
+// out, n·|buf| bytes in all, against 2(n−1)·|buf| for the chain
+// (broadcast_chain.go), whose middle ranks copy each piece in and
+// forward it.
+func broadcastSlots(s Slots, buf []byte, root, piece int) error {
+	for off := 0; off < len(buf); off += piece {
+		if err := broadcastFlat(s, buf[off:min(off+piece, len(buf))], root); err != nil {
+			return err
+		}
+	}
+	return nil
+}

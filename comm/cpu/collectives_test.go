@@ -2,9 +2,12 @@ package cpu
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/ranktree/ranktree/comm"
 )
@@ -78,8 +81,11 @@ func TestBroadcastChainShm(t *testing.T) {
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			g := newGroup(t, n, Options{Transport: TransportSHM, RingThreshold: 64, ShmRingBytes: 4096})
+			for _, e := range g.engines {
+				e.slotBroadcastMin = math.MaxInt // the slots would take the large ones
+			}
 			const big = 300001 // 1.2 MB: the chain at 4 ranks too (chainMin4)
-			if !g.engines[0].useChain(big * 4) {
+			if e := g.engines[0]; !e.useChain(big*4) || e.useSlots(big*4) {
 				t.Fatal("the engine would not use the chain")
 			}
 			for _, count := range []int{17, 5001, 100003, big} {
@@ -103,6 +109,102 @@ func TestBroadcastChainShm(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBroadcastSlots: a broadcast of slotBroadcastMinFor(n) or more
+// among 3 and 4 ranks goes through the slots in rounds (4 KiB slots, so
+// the threshold's size takes 128 or 64 rounds, and an odd size ends on a
+// short round), over
+// shm and inmem; bit-exact on every rank for every root, and the engine
+// picks the slots from the threshold, not below it.
+func TestBroadcastSlots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tr := range []string{TransportSHM, TransportInmem} {
+		for _, n := range []int{3, 4} {
+			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
+				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: 1024, SlotBytes: 4096, ShmRingBytes: 64 << 10})
+				e := g.engines[0]
+				lo := slotBroadcastMinFor(n)
+				if e.opts.SlotBytes != 4096 || !e.useSlots(lo) || e.useSlots(lo-4) {
+					t.Fatalf("SlotBytes %d; slots for %d bytes: %v, for %d: %v", e.opts.SlotBytes,
+						lo, e.useSlots(lo), lo-4, e.useSlots(lo-4))
+				}
+				for _, count := range []int{lo / 4, lo/4 + 1003} {
+					for root := range n {
+						want := randBytes(rng, comm.Float32, count)
+						bufs := make([]comm.Buffer, n)
+						for r := range n {
+							bufs[r] = comm.NewHostBuffer(comm.Float32, count)
+							if r == root {
+								copy(bufs[r].Bytes(), want)
+							}
+						}
+						g.mustRun("broadcast", func(r int, fp fpFunc) *comm.Op {
+							return &comm.Op{FP: fp(comm.OpBroadcast, comm.Float32, count, root, comm.ReduceOp{}), Type: comm.OpBroadcast, Root: root, In: []comm.Buffer{bufs[r]}}
+						})
+						for r := range n {
+							if !bytes.Equal(bufs[r].Bytes(), want) {
+								t.Fatalf("slot broadcast ×%d root %d: rank %d differs", count, root, r)
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestBroadcastSlotsMismatch: ranks that launch different ops at one seq
+// where some take the slot broadcast in rounds all fail with
+// ErrMismatch within a second: another count (another number of
+// rounds), another root, and a ring allreduce of the same size.
+func TestBroadcastSlotsMismatch(t *testing.T) {
+	const n = 3
+	count := slotBroadcastMinFor(n)/4 + 100
+	type side struct {
+		typ   comm.OpType
+		count int
+		root  int
+	}
+	bc := side{comm.OpBroadcast, count, 0}
+	cases := []struct {
+		name string
+		odd  side // what rank 1 launches; the others launch bc
+	}{
+		{"count", side{comm.OpBroadcast, count + 2048, 0}},
+		{"root", side{comm.OpBroadcast, count, 1}},
+		{"allreduce", side{comm.OpAllReduce, count, -1}},
+	}
+	for _, tr := range []string{TransportSHM, TransportInmem} {
+		for _, c := range cases {
+			t.Run(tr+"/"+c.name, func(t *testing.T) {
+				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: 1024, SlotBytes: 4096, ShmRingBytes: 64 << 10})
+				works := make([]*comm.Work, n)
+				start := time.Now()
+				for r, e := range g.engines {
+					s := bc
+					if r == 1 {
+						s = c.odd
+					}
+					buf := comm.NewHostBuffer(comm.Float32, s.count)
+					fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 3, Op: s.typ, DType: comm.Float32, Count: int64(s.count), Root: int32(s.root)}
+					op := &comm.Op{FP: fp, Type: s.typ, Root: s.root, In: []comm.Buffer{buf}}
+					if s.typ == comm.OpAllReduce {
+						op.Reduce, op.FP.RedOp = comm.Sum, comm.Sum.Type()
+					}
+					works[r] = launch(e, op)
+				}
+				for r, w := range works {
+					if err := waitT(t, w, 5*time.Second); !errors.Is(err, comm.ErrMismatch) {
+						t.Fatalf("rank %d: got %v, want ErrMismatch", r, err)
+					}
+				}
+				if el := time.Since(start); el > time.Second {
+					t.Fatalf("mismatch took %v to detect, want < 1s", el)
+				}
+			})
+		}
 	}
 }
 

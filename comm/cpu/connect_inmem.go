@@ -16,7 +16,7 @@ func (e *Engine) connectInmem(ctx context.Context) ([]transport.Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
 	defer cancel()
 	cfg := transport.InmemConfig{Group: e.cfg.Group, Epoch: e.cfg.Epoch, Rank: e.cfg.Rank, Size: e.cfg.Size,
-		RingBytes: e.opts.ShmRingBytes, SlotBytes: e.opts.FlatThreshold}
+		RingBytes: e.opts.ShmRingBytes, SlotBytes: e.opts.SlotBytes}
 	links, grp, err := e.opts.Hub.Connect(ctx, cfg, e.ctl)
 	if err != nil {
 		return nil, err

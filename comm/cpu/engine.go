@@ -37,7 +37,11 @@ type Engine struct {
 	// inCoalesced is set while the children of a Coalesced op run: they
 	// take the message-based algorithms only (allreduce_flat.go).
 	inCoalesced bool
-	wg          sync.WaitGroup // transport helper goroutines that touch shm memory
+	// slotBroadcastMin is the smallest broadcast that goes through the
+	// slots in rounds (useSlotBroadcast): slotBroadcastMinFor(size),
+	// which tests raise to keep the chain.
+	slotBroadcastMin int
+	wg               sync.WaitGroup // transport helper goroutines that touch shm memory
 
 	qmu     sync.Mutex
 	queue   []task
@@ -108,8 +112,8 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	}
 	e := &Engine{
 		cfg: cfg, opts: opts, ctl: transport.NewCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
-		kick: time.NewTimer(time.Hour),
-		log:  cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
+		kick: time.NewTimer(time.Hour), slotBroadcastMin: slotBroadcastMinFor(cfg.Size),
+		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
 	e.kick.Stop()
 	e.acks = make(chan struct{}, cfg.Size)

@@ -68,14 +68,23 @@ type Options struct {
 	// shared-memory algorithms (allreduce_flat.go) move, when every rank
 	// of a group of 2..8 is on this host over shm: an allreduce buffer up
 	// to it, an allgather's gathered total, a reduce-scatter's input, a
-	// broadcast buffer. It also sizes each rank's two slots in the group
-	// segment (2·FlatThreshold + 4 KiB per rank). Default (0): 32 KiB for
-	// 2 ranks, 128 KiB for 3 or more (flatDefault), chosen by measurement
-	// (docs/algorithms.md, "Crossover points"); negative disables the flat
-	// algorithms and the group segment (then waits fall back to the
-	// sched_yield and timer backoff of transport/link.go). All ranks must use the
-	// same value.
+	// broadcast buffer. Default (0): 32 KiB for 2 ranks, 128 KiB for 3
+	// or more (flatDefault), chosen by measurement (docs/algorithms.md,
+	// "Crossover points"); negative disables the flat algorithms and the
+	// group segment (then waits fall back to the sched_yield and timer
+	// backoff of transport/link.go). All ranks must use the same value.
 	FlatThreshold int
+	// SlotBytes is the size in bytes of each of a rank's two slots in the
+	// group segment (the segment takes 2·SlotBytes + 4 KiB per rank). A
+	// one-step op moves at most FlatThreshold bytes through them; a
+	// broadcast of at least 512 KiB among 3 ranks, 256 KiB among 4 or
+	// more, goes through them in rounds of SlotBytes (broadcastSlots,
+	// broadcast_flat.go).
+	// Default (0): FlatThreshold for 2 ranks, max(FlatThreshold, 1 MiB)
+	// for 3 or more (slotDefault); raised to FlatThreshold when smaller,
+	// at most 16 MiB, rounded up to 64 bytes; unused when the flat
+	// algorithms are disabled. All ranks must use the same value.
+	SlotBytes int
 }
 
 // validate fills defaults for a group of n ranks and rejects bad values
@@ -136,7 +145,33 @@ func (o *Options) validate(n int) error {
 		return fmt.Errorf("%w: cpu: FlatThreshold %d above 16 MiB", comm.ErrInvalidArgument, o.FlatThreshold)
 	}
 	o.FlatThreshold = (o.FlatThreshold + 63) &^ 63
+	switch {
+	case o.SlotBytes < 0:
+		return fmt.Errorf("%w: cpu: negative SlotBytes %d", comm.ErrInvalidArgument, o.SlotBytes)
+	case o.SlotBytes > 16<<20:
+		return fmt.Errorf("%w: cpu: SlotBytes %d above 16 MiB", comm.ErrInvalidArgument, o.SlotBytes)
+	case o.FlatThreshold == 0:
+		o.SlotBytes = 0
+	case o.SlotBytes == 0:
+		o.SlotBytes = slotDefault(n, o.FlatThreshold)
+	}
+	o.SlotBytes = (max(o.SlotBytes, o.FlatThreshold) + 63) &^ 63
 	return nil
+}
+
+// slotDefault is SlotBytes' default for a group of n ranks whose
+// FlatThreshold is flat. With 3 or more ranks the slots also carry large
+// broadcasts in rounds (broadcastSlots), which want rounds long enough
+// that a round's hand-over is small against its copies: with 1 MiB
+// slots, broadcasts of 2–64 MiB took 0.56–0.65× the time of the chain at
+// 3 ranks and 0.32–0.49× the time of the algorithms before at 4
+// (docs/algorithms.md, "Broadcast and Reduce"). Two ranks never use more
+// than FlatThreshold.
+func slotDefault(n, flat int) int {
+	if n >= 3 {
+		return max(flat, 1<<20)
+	}
+	return flat
 }
 
 // defaultHostID is the kernel's boot id (unique per boot of a machine)

@@ -1,6 +1,11 @@
 package cpu
 
-import "testing"
+import (
+	"errors"
+	"testing"
+
+	"github.com/ranktree/ranktree/comm"
+)
 
 // TestFlatThresholdDefault: the one-step threshold defaults to 32 KiB for
 // 2 ranks and 128 KiB for 3 or more; a value given is kept (rounded up to
@@ -16,6 +21,32 @@ func TestFlatThresholdDefault(t *testing.T) {
 		}
 		if o.FlatThreshold != c.want {
 			t.Errorf("FlatThreshold %d, %d ranks: got %d, want %d", c.set, c.n, o.FlatThreshold, c.want)
+		}
+	}
+}
+
+// TestSlotBytesDefault: the slots default to FlatThreshold for 2 ranks
+// and to at least 1 MiB for 3 or more; a value given is raised to
+// FlatThreshold and rounded up to 64 bytes; no slots when the one-step
+// algorithms are disabled; negative and above 16 MiB are rejected.
+func TestSlotBytesDefault(t *testing.T) {
+	for _, c := range []struct{ flat, slot, n, want int }{
+		{0, 0, 2, 32 << 10}, {0, 0, 3, 1 << 20}, {0, 0, 8, 1 << 20},
+		{4 << 20, 0, 4, 4 << 20}, {0, 5000, 4, 128 << 10}, {1024, 5000, 3, 5056},
+		{-1, 0, 4, 0}, {-1, 4096, 4, 0},
+	} {
+		o := Options{FlatThreshold: c.flat, SlotBytes: c.slot}
+		if err := o.validate(c.n); err != nil {
+			t.Fatal(err)
+		}
+		if o.SlotBytes != c.want {
+			t.Errorf("FlatThreshold %d, SlotBytes %d, %d ranks: got %d, want %d", c.flat, c.slot, c.n, o.SlotBytes, c.want)
+		}
+	}
+	for _, bad := range []int{-1, 16<<20 + 1} {
+		o := Options{SlotBytes: bad}
+		if err := o.validate(3); !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("SlotBytes %d: got %v, want ErrInvalidArgument", bad, err)
 		}
 	}
 }

@@ -175,7 +175,7 @@ func (e *Engine) createGroup(infos []peerInfo) (bool, error) {
 		flat = flat && infos[r].Host == e.opts.HostID
 	}
 	if flat && e.cfg.Rank == 0 {
-		g, err := transport.CreateGroupShm(e.opts.ShmDir, e.cfg.Size, e.opts.FlatThreshold)
+		g, err := transport.CreateGroupShm(e.opts.ShmDir, e.cfg.Size, e.opts.SlotBytes)
 		if err != nil {
 			return false, &comm.TransportError{Rank: e.cfg.Rank, Peer: -1, Err: fmt.Errorf("creating the group shm segment: %w", err)}
 		}
@@ -358,7 +358,7 @@ func (e *Engine) dial(ctx context.Context, r int, addr string, secret []byte) (t
 		s, err = transport.OpenShm(string(name), e.opts.ShmRingBytes, false)
 		if err == nil && len(gname) > 0 && r == 0 {
 			var g *transport.ShmGroup
-			if g, err = transport.OpenGroupShm(string(gname), e.cfg.Size, e.opts.FlatThreshold, e.cfg.Rank); err == nil {
+			if g, err = transport.OpenGroupShm(string(gname), e.cfg.Size, e.opts.SlotBytes, e.cfg.Rank); err == nil {
 				e.grp = g
 			} else {
 				s.Unmap()

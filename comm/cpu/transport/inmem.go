@@ -190,7 +190,7 @@ type InmemConfig struct {
 	// RingBytes is the size of each ring direction of a pair (the shm
 	// transport's ShmRingBytes), a positive multiple of 16.
 	RingBytes int
-	// SlotBytes is the slot size of the one-step algorithms (FlatThreshold);
+	// SlotBytes is the size of each group-segment slot (cpu.Options.SlotBytes);
 	// 0, or a group above MaxFlatRanks, gets no group segment.
 	SlotBytes int
 }

@@ -164,7 +164,7 @@ func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 // was made for n ranks and slots of slot bytes and opens its doorbells.
 func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
 	size := grpBytes(n, slot)
-	f, err := openSegment(path, size, "group shm segment", "FlatThreshold")
+	f, err := openSegment(path, size, "group shm segment", "FlatThreshold or SlotBytes")
 	if err != nil {
 		return nil, err
 	}
