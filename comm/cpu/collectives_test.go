@@ -208,17 +208,24 @@ func TestBroadcastSlotsMismatch(t *testing.T) {
 	}
 }
 
-// TestAllGatherFlatRoundsShm: an allgather larger than the slots goes
-// through them in rounds (3 and 4 ranks over shm; 256-byte slots, so a
-// 4004-byte block takes 16 rounds, and an odd one ends on a short
-// round); every rank's output is checked, flat and list forms.
+// TestAllGatherFlatRoundsShm: an allgather larger than the one-step
+// threshold goes through the slots in rounds (3 and 4 ranks over shm;
+// rounds of FlatThreshold, 256 bytes, so a 4004-byte block takes 16
+// rounds, and an odd one ends on a short round; from 4 MiB gathered,
+// rounds of SlotBytes, 4 KiB); every rank's output is checked, flat and
+// list forms.
 func TestAllGatherFlatRoundsShm(t *testing.T) {
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			g := newGroup(t, n, Options{Transport: TransportSHM, FlatThreshold: 256})
-			for _, c := range []int{1001, 999} {
-				if e := g.engines[0]; e.useFlat(n*c*4) || !e.useFlatRounds(n*c*4) {
-					t.Fatalf("%d int32 per rank: the engine would not take the slots in rounds", c)
+			g := newGroup(t, n, Options{Transport: TransportSHM, FlatThreshold: 256, SlotBytes: 4096})
+			big := (4<<20)/(4*n) + 3
+			for _, c := range []int{1001, 999, big} {
+				want := 256
+				if c == big {
+					want = 4096
+				}
+				if e := g.engines[0]; e.useFlat(n*c*4) || !e.useFlatRounds(n*c*4) || e.allgatherPiece(n*c*4) != want {
+					t.Fatalf("%d int32 per rank: the engine would not take the slots in rounds of %d bytes", c, want)
 				}
 				for _, list := range []bool{false, true} {
 					outs := make([][]comm.Buffer, n)

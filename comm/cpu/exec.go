@@ -74,7 +74,7 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 		defer clear(blocks) // keep no reference to the caller's buffers
 		copy(blocks[r], in.Bytes())
 		if total := n * len(blocks[r]); op.Type == comm.OpAllGather && (e.useFlat(total) || e.useFlatRounds(total)) {
-			return allgatherFlat(m, blocks, e.opts.FlatThreshold)
+			return allgatherFlat(m, blocks, e.allgatherPiece(total))
 		}
 		if e.useBruck(blocks) {
 			return allgatherBruck(m, blocks, e.scratch(bruckScratch(blocks)))
@@ -306,7 +306,7 @@ func slotBroadcastMinFor(n int) int {
 	return 256 << 10
 }
 
-// useFlatRounds selects the slots, in rounds of FlatThreshold bytes per
+// useFlatRounds selects the slots, in rounds of allgatherPiece bytes per
 // rank, for an allgather of nbytes gathered among three or more ranks
 // that is too large for one round (allgather_flat.go), up to
 // flatRoundsMax. With more ranks than cores the ring's n−1 steps each
@@ -315,14 +315,32 @@ func slotBroadcastMinFor(n int) int {
 // the ring: 4 ranks 256 KiB 71–78 / 164–222, 1 MiB 171–205 / 334–388,
 // 4 MiB 615–650 / 1071–1235, 8 MiB 1783–2120 / 2782–3217; 3 ranks 256 KiB
 // 56–107 / 134–137, 1 MiB 169–177 / 269–296, 8 MiB 1694–1874 /
-// 2019–2730. With two ranks the ring is one step: it keeps it.
+// 2019–2730 (rounds of 128 KiB). With two ranks the ring is one step: it
+// keeps it.
 func (e *Engine) useFlatRounds(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && e.mesh.Size() > 2 && e.opts.FlatThreshold > 0 && nbytes <= flatRoundsMax
 }
 
 // flatRoundsMax is the largest allgather (bytes gathered) that goes
 // through the slots in rounds (useFlatRounds): the largest measured.
-const flatRoundsMax = 8 << 20
+const flatRoundsMax = 64 << 20
+
+// allgatherPiece is the round's length per rank of an allgather of
+// nbytes gathered through the slots (allgatherFlat): FlatThreshold, and
+// from 4 MiB the whole slot (Options.SlotBytes, 1 MiB by default with 3
+// ranks or more), whose longer rounds hand the CPUs over less often. On
+// the 2-core VM, 2026-11-27, 4 rounds × 30 ops interleaved, mean µs
+// (median over rounds), 1 MiB rounds against the build before (128 KiB
+// rounds up to 8 MiB, the ring above): 3 ranks 4 MiB 519 / 702, 8 MiB
+// 1475 / 1584, 16 MiB 2439 / 3113, 64 MiB 9301 / 14574; 4 ranks 8 MiB
+// 1378 / 2019, 16 MiB 3156 / 5434, 64 MiB 11316 / 18869; but 2 MiB 310 /
+// 268 (3 ranks) and 361 / 322 (4 ranks).
+func (e *Engine) allgatherPiece(nbytes int) int {
+	if nbytes >= 4<<20 {
+		return e.opts.SlotBytes
+	}
+	return e.opts.FlatThreshold
+}
 
 // useChain selects the pipelined chain broadcast over scatter + allgather
 // for a broadcast of nbytes (at least RingThreshold) among three or more
