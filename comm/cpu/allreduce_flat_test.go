@@ -150,14 +150,7 @@ func TestFlatMismatch(t *testing.T) {
 						}
 						works[r] = launch(e, op)
 					}
-					for r, w := range works {
-						if err := waitT(t, w, 5*time.Second); !errors.Is(err, comm.ErrMismatch) {
-							t.Fatalf("rank %d: got %v, want ErrMismatch", r, err)
-						}
-					}
-					if el := time.Since(start); el > time.Second {
-						t.Fatalf("mismatch took %v to detect, want < 1s", el)
-					}
+					expectMismatch(t, works, start)
 				})
 			}
 		}
@@ -258,5 +251,19 @@ func TestFlatLatePeer(t *testing.T) {
 				t.Fatalf("abort took %v to reach the sleeping ranks", el)
 			}
 		})
+	}
+}
+
+// expectMismatch checks that every rank's Work of ops launched at start
+// fails with ErrMismatch, all within a second.
+func expectMismatch(t *testing.T, works []*comm.Work, start time.Time) {
+	t.Helper()
+	for r, w := range works {
+		if err := waitT(t, w, 5*time.Second); !errors.Is(err, comm.ErrMismatch) {
+			t.Fatalf("rank %d: got %v, want ErrMismatch", r, err)
+		}
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("mismatch took %v to detect, want < 1s", el)
 	}
 }

@@ -41,23 +41,8 @@ func TestFlatCollectivesMatrix(t *testing.T) {
 					// Broadcast: the slot holds the buffer.
 					for _, count := range []int{0, 1, at, at + 1} {
 						for root := range n {
-							want := randBytes(rng, dt, count)
-							bufs := make([]comm.Buffer, n)
-							for r := range n {
-								bufs[r] = comm.NewHostBuffer(dt, count)
-								if r == root {
-									copy(bufs[r].Bytes(), want)
-								}
-							}
 							before := flatOps(g, 0)
-							g.mustRun("broadcast", func(r int, fp fpFunc) *comm.Op {
-								return &comm.Op{FP: fp(comm.OpBroadcast, dt, count, root, comm.ReduceOp{}), Type: comm.OpBroadcast, Root: root, In: []comm.Buffer{bufs[r]}}
-							})
-							for r := range n {
-								if !bytes.Equal(bufs[r].Bytes(), want) {
-									t.Fatalf("broadcast %v×%d root %d: rank %d differs", dt, count, root, r)
-								}
-							}
+							checkBroadcast(t, g, rng, dt, count, root, "broadcast")
 							expect(fmt.Sprintf("broadcast %v×%d", dt, count), count*dt.Size(), before)
 						}
 					}

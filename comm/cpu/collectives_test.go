@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -49,26 +48,34 @@ func TestBroadcast(t *testing.T) {
 		for _, count := range []int{0, 1, 1001, 70001} {
 			for _, dt := range comm.AllDTypes {
 				for root := range n {
-					want := randBytes(rng, dt, count)
-					bufs := make([]comm.Buffer, n)
-					for r := range n {
-						bufs[r] = comm.NewHostBuffer(dt, count)
-						if r == root {
-							copy(bufs[r].Bytes(), want)
-						}
-					}
-					g.mustRun("broadcast", func(r int, fp fpFunc) *comm.Op {
-						return &comm.Op{FP: fp(comm.OpBroadcast, dt, count, root, comm.ReduceOp{}), Type: comm.OpBroadcast, Root: root, In: []comm.Buffer{bufs[r]}}
-					})
-					for r := range n {
-						if !bytes.Equal(bufs[r].Bytes(), want) {
-							t.Fatalf("broadcast %v×%d root %d: rank %d differs", dt, count, root, r)
-						}
-					}
+					checkBroadcast(t, g, rng, dt, count, root, "broadcast")
 				}
 			}
 		}
 	})
+}
+
+// checkBroadcast broadcasts count random elements of dt from root on g
+// and checks that every rank holds the root's bytes.
+func checkBroadcast(t *testing.T, g *group, rng *rand.Rand, dt comm.DType, count, root int, what string) {
+	t.Helper()
+	n := len(g.engines)
+	want := randBytes(rng, dt, count)
+	bufs := make([]comm.Buffer, n)
+	for r := range n {
+		bufs[r] = comm.NewHostBuffer(dt, count)
+		if r == root {
+			copy(bufs[r].Bytes(), want)
+		}
+	}
+	g.mustRun(what, func(r int, fp fpFunc) *comm.Op {
+		return &comm.Op{FP: fp(comm.OpBroadcast, dt, count, root, comm.ReduceOp{}), Type: comm.OpBroadcast, Root: root, In: []comm.Buffer{bufs[r]}}
+	})
+	for r := range n {
+		if !bytes.Equal(bufs[r].Bytes(), want) {
+			t.Fatalf("%s %v×%d root %d: rank %d differs", what, dt, count, root, r)
+		}
+	}
 }
 
 // TestBroadcastChainShm: the pipelined chain (3 and 4 ranks over shm;
@@ -90,22 +97,7 @@ func TestBroadcastChainShm(t *testing.T) {
 			}
 			for _, count := range []int{17, 5001, 100003, big} {
 				for root := range n {
-					want := randBytes(rng, comm.Float32, count)
-					bufs := make([]comm.Buffer, n)
-					for r := range n {
-						bufs[r] = comm.NewHostBuffer(comm.Float32, count)
-						if r == root {
-							copy(bufs[r].Bytes(), want)
-						}
-					}
-					g.mustRun("broadcast", func(r int, fp fpFunc) *comm.Op {
-						return &comm.Op{FP: fp(comm.OpBroadcast, comm.Float32, count, root, comm.ReduceOp{}), Type: comm.OpBroadcast, Root: root, In: []comm.Buffer{bufs[r]}}
-					})
-					for r := range n {
-						if !bytes.Equal(bufs[r].Bytes(), want) {
-							t.Fatalf("chain broadcast ×%d root %d: rank %d differs", count, root, r)
-						}
-					}
+					checkBroadcast(t, g, rng, comm.Float32, count, root, "chain broadcast")
 				}
 			}
 		})
@@ -132,22 +124,7 @@ func TestBroadcastSlots(t *testing.T) {
 				}
 				for _, count := range []int{lo / 4, lo/4 + 1003} {
 					for root := range n {
-						want := randBytes(rng, comm.Float32, count)
-						bufs := make([]comm.Buffer, n)
-						for r := range n {
-							bufs[r] = comm.NewHostBuffer(comm.Float32, count)
-							if r == root {
-								copy(bufs[r].Bytes(), want)
-							}
-						}
-						g.mustRun("broadcast", func(r int, fp fpFunc) *comm.Op {
-							return &comm.Op{FP: fp(comm.OpBroadcast, comm.Float32, count, root, comm.ReduceOp{}), Type: comm.OpBroadcast, Root: root, In: []comm.Buffer{bufs[r]}}
-						})
-						for r := range n {
-							if !bytes.Equal(bufs[r].Bytes(), want) {
-								t.Fatalf("slot broadcast ×%d root %d: rank %d differs", count, root, r)
-							}
-						}
+						checkBroadcast(t, g, rng, comm.Float32, count, root, "slot broadcast")
 					}
 				}
 			})
@@ -195,14 +172,7 @@ func TestBroadcastSlotsMismatch(t *testing.T) {
 					}
 					works[r] = launch(e, op)
 				}
-				for r, w := range works {
-					if err := waitT(t, w, 5*time.Second); !errors.Is(err, comm.ErrMismatch) {
-						t.Fatalf("rank %d: got %v, want ErrMismatch", r, err)
-					}
-				}
-				if el := time.Since(start); el > time.Second {
-					t.Fatalf("mismatch took %v to detect, want < 1s", el)
-				}
+				expectMismatch(t, works, start)
 			})
 		}
 	}

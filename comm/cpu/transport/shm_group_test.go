@@ -440,12 +440,11 @@ func pending(t *testing.T, g *ShmGroup) int {
 	return n
 }
 
-// TestSpinTight: a one-step op's wait first spins in a tight loop when
-// the rank may spin (Spin > 0): a peer that publishes within tightSpin is
-// met there, and the wait is recorded in the forecast as a zero wait; a
-// peer later than that leaves the wait to the policy of pace.next. A rank
-// that may not spin (Spin 0) never enters the tight loop.
-func TestSpinTight(t *testing.T) {
+// tightMesh is rank 0's mesh over a 2-rank group segment, in an op
+// (allreduce, seq 1), with the group and rank 1's sequence word, which the
+// tests store to as rank 1 would publish.
+func tightMesh(t *testing.T) (*Mesh, *ShmGroup, *atomic.Uint64) {
+	t.Helper()
 	if _, err := os.Stat("/dev/shm"); err != nil {
 		t.Skip("no /dev/shm")
 	}
@@ -454,9 +453,18 @@ func TestSpinTight(t *testing.T) {
 	c.UseDoorbell(g0)
 	m := NewMesh(0, 2, make([]Link, 2), c)
 	m.Grp = g0
-	fp := comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 1}
-	m.Begin(OpCtx{FP: fp})
-	peer := g1.r[1].seq
+	m.Begin(OpCtx{FP: comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 1}})
+	return m, g0, g1.r[1].seq
+}
+
+// TestSpinTight: a one-step op's wait first spins in a tight loop when
+// the rank may spin (Spin > 0): a peer that publishes within tightSpin is
+// met there, and the wait is recorded in the forecast as a zero wait; a
+// peer later than that leaves the wait to the policy of pace.next. A rank
+// that may not spin (Spin 0) never enters the tight loop.
+func TestSpinTight(t *testing.T) {
+	m, g0, peer := tightMesh(t)
+	fp := m.Cur.FP
 
 	// The peer has not published: the tight loop gives up after tightSpin.
 	g0.Spin = SpinFor
@@ -503,16 +511,7 @@ func TestSpinTight(t *testing.T) {
 // tightYields yields without the condition, and meets a seq a peer
 // publishes meanwhile.
 func TestYieldTight(t *testing.T) {
-	if _, err := os.Stat("/dev/shm"); err != nil {
-		t.Skip("no /dev/shm")
-	}
-	g0, g1 := twoRankGroup(t, t.TempDir())
-	c := NewCtl()
-	c.UseDoorbell(g0)
-	m := NewMesh(0, 2, make([]Link, 2), c)
-	m.Grp = g0
-	m.Begin(OpCtx{FP: comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 1}})
-	peer := g1.r[1].seq
+	m, g0, peer := tightMesh(t)
 
 	// May spin, or may neither spin nor yield: no tight yields, even for
 	// a seq already there.
