@@ -84,6 +84,7 @@ type Options struct {
 	// for 3 or more (slotDefault); raised to FlatThreshold when smaller,
 	// at most 16 MiB, rounded up to 64 bytes; unused when the flat
 	// algorithms are disabled. All ranks must use the same value.
+	// Under rankrunner: RANKTREE_SLOT_BYTES.
 	SlotBytes int
 }
 

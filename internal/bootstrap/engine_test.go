@@ -124,3 +124,33 @@ func TestCPUOptionsFlatThreshold(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUOptionsSlotBytes: RANKTREE_SLOT_BYTES sets
+// cpu.Options.SlotBytes; a bad value is an *EnvError naming it.
+func TestCPUOptionsSlotBytes(t *testing.T) {
+	for _, v := range []string{envcontract.SocketIfname, envcontract.ListenHost, envcontract.AdvertiseHost} {
+		t.Setenv(v, "")
+	}
+	options := func() (cpu.Options, error) {
+		e, err := readEnv(os.LookupEnv)
+		if err != nil {
+			return cpu.Options{}, err
+		}
+		return cpuOptions(&Config{worldSize: 3, localWorldSize: 3, env: e})
+	}
+	for val, want := range map[string]int{"": 0, "65536": 65536, "16777216": 16 << 20} {
+		t.Setenv(envcontract.SlotBytes, val)
+		o, err := options()
+		if err != nil || o.SlotBytes != want {
+			t.Fatalf("%s=%q: SlotBytes %d, %v; want %d", envcontract.SlotBytes, val, o.SlotBytes, err, want)
+		}
+	}
+	for _, val := range []string{"x", "-1", "16777217"} {
+		t.Setenv(envcontract.SlotBytes, val)
+		_, err := options()
+		var ee *EnvError
+		if !errors.As(err, &ee) || ee.Var != envcontract.SlotBytes {
+			t.Fatalf("%s=%q: got %v, want an EnvError naming it", envcontract.SlotBytes, val, err)
+		}
+	}
+}

@@ -49,6 +49,7 @@ const (
 	AdvertiseHost = "RANKTREE_ADVERTISE_HOST"
 	HostID        = "RANKTREE_HOST_ID"
 	FlatThreshold = "RANKTREE_FLAT_THRESHOLD"
+	SlotBytes     = "RANKTREE_SLOT_BYTES"
 
 	// ErrorFile is read on its own, not by Read: internal/bootstrap's
 	// recordError reads it so that an Init that fails while parsing can
@@ -127,6 +128,10 @@ type CPU struct {
 	// bytes of the one-step shared-memory algorithms (0: the engine's
 	// default, -1: off).
 	FlatThreshold int
+	// SlotBytes is RANKTREE_SLOT_BYTES: the size in bytes of each
+	// group-segment slot, cpu.Options.SlotBytes (0: the engine's
+	// default).
+	SlotBytes int
 }
 
 // Read reads every variable of the env contract once through lookup and
@@ -242,6 +247,13 @@ func readCPU(get func(string) string) (CPU, error) {
 			return c, &VarError{Var: FlatThreshold, Value: s, Msg: "want a size in bytes up to 16777216, or -1 for off"}
 		}
 		c.FlatThreshold = n
+	}
+	if s := get(SlotBytes); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 16<<20 {
+			return c, &VarError{Var: SlotBytes, Value: s, Msg: "want a size in bytes up to 16777216"}
+		}
+		c.SlotBytes = n
 	}
 	return c, nil
 }

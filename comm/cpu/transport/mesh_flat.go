@@ -183,9 +183,9 @@ func (m *Mesh) spinTight(w *atomic.Uint64, target uint64) bool {
 // its condition in between (Mesh.yieldTight). The paced policy's yield
 // step (shm_group.go) also runs this process's other goroutines
 // (runtime.Gosched), reads the clock and polls every pair link between
-// two yields; with more ranks
-// than CPUs an op waits there once per op for a peer that shares its
-// CPU, and those calls lengthened every such op. On the 2-core VM,
+// two yields; with more ranks than CPUs an op waits there once per op
+// for a peer that shares its CPU, and those calls lengthened every such
+// op. On the 2-core VM,
 // 2026-11-27, 5000 ops a size, 5–6 rounds interleaved with the build
 // before, mean µs per op (median over rounds), before → after: broadcast
 // at 3 ranks 4 B 9.18 → 6.64, 4 KiB 9.07 → 7.62; at 4 ranks 4 B 10.31 →
