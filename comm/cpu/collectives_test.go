@@ -107,9 +107,8 @@ func TestBroadcastChainShm(t *testing.T) {
 // TestBroadcastSlots: a broadcast of slotBroadcastMinFor(n) or more
 // among 3 and 4 ranks goes through the slots in rounds (4 KiB slots, so
 // the threshold's size takes 128 or 64 rounds, and an odd size ends on a
-// short round), over
-// shm and inmem; bit-exact on every rank for every root, and the engine
-// picks the slots from the threshold, not below it.
+// short round), over shm and inmem; bit-exact on every rank for every
+// root, and the engine picks the slots from the threshold, not below it.
 func TestBroadcastSlots(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, tr := range []string{TransportSHM, TransportInmem} {

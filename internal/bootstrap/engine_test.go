@@ -98,59 +98,45 @@ func TestCPUOptionsEnvErrors(t *testing.T) {
 // TestCPUOptionsFlatThreshold: RANKTREE_FLAT_THRESHOLD sets
 // cpu.Options.FlatThreshold; a bad value is an *EnvError naming it.
 func TestCPUOptionsFlatThreshold(t *testing.T) {
-	for _, v := range []string{envcontract.SocketIfname, envcontract.ListenHost, envcontract.AdvertiseHost} {
-		t.Setenv(v, "")
-	}
-	options := func() (cpu.Options, error) {
-		e, err := readEnv(os.LookupEnv)
-		if err != nil {
-			return cpu.Options{}, err
-		}
-		return cpuOptions(&Config{worldSize: 2, localWorldSize: 2, env: e})
-	}
-	for val, want := range map[string]int{"": 0, "4096": 4096, "-1": -1} {
-		t.Setenv(envcontract.FlatThreshold, val)
-		o, err := options()
-		if err != nil || o.FlatThreshold != want {
-			t.Fatalf("%s=%q: FlatThreshold %d, %v; want %d", envcontract.FlatThreshold, val, o.FlatThreshold, err, want)
-		}
-	}
-	for _, val := range []string{"x", "-2", "99999999"} {
-		t.Setenv(envcontract.FlatThreshold, val)
-		_, err := options()
-		var ee *EnvError
-		if !errors.As(err, &ee) || ee.Var != envcontract.FlatThreshold {
-			t.Fatalf("%s=%q: got %v, want an EnvError naming it", envcontract.FlatThreshold, val, err)
-		}
-	}
+	checkCPUOptionVar(t, envcontract.FlatThreshold, 2, func(o cpu.Options) int { return o.FlatThreshold },
+		map[string]int{"": 0, "4096": 4096, "-1": -1}, []string{"x", "-2", "99999999"})
 }
 
 // TestCPUOptionsSlotBytes: RANKTREE_SLOT_BYTES sets
 // cpu.Options.SlotBytes; a bad value is an *EnvError naming it.
 func TestCPUOptionsSlotBytes(t *testing.T) {
-	for _, v := range []string{envcontract.SocketIfname, envcontract.ListenHost, envcontract.AdvertiseHost} {
-		t.Setenv(v, "")
+	checkCPUOptionVar(t, envcontract.SlotBytes, 3, func(o cpu.Options) int { return o.SlotBytes },
+		map[string]int{"": 0, "65536": 65536, "16777216": 16 << 20}, []string{"x", "-1", "16777217"})
+}
+
+// checkCPUOptionVar sets variable v to each key of good and checks the
+// engine option field reads (a single-node job of world ranks), then to
+// each of bad and checks for an *EnvError naming v.
+func checkCPUOptionVar(t *testing.T, v string, world int, field func(cpu.Options) int, good map[string]int, bad []string) {
+	t.Helper()
+	for _, k := range []string{envcontract.SocketIfname, envcontract.ListenHost, envcontract.AdvertiseHost} {
+		t.Setenv(k, "")
 	}
 	options := func() (cpu.Options, error) {
 		e, err := readEnv(os.LookupEnv)
 		if err != nil {
 			return cpu.Options{}, err
 		}
-		return cpuOptions(&Config{worldSize: 3, localWorldSize: 3, env: e})
+		return cpuOptions(&Config{worldSize: world, localWorldSize: world, env: e})
 	}
-	for val, want := range map[string]int{"": 0, "65536": 65536, "16777216": 16 << 20} {
-		t.Setenv(envcontract.SlotBytes, val)
+	for val, want := range good {
+		t.Setenv(v, val)
 		o, err := options()
-		if err != nil || o.SlotBytes != want {
-			t.Fatalf("%s=%q: SlotBytes %d, %v; want %d", envcontract.SlotBytes, val, o.SlotBytes, err, want)
+		if err != nil || field(o) != want {
+			t.Fatalf("%s=%q: got %d, %v; want %d", v, val, field(o), err, want)
 		}
 	}
-	for _, val := range []string{"x", "-1", "16777217"} {
-		t.Setenv(envcontract.SlotBytes, val)
+	for _, val := range bad {
+		t.Setenv(v, val)
 		_, err := options()
 		var ee *EnvError
-		if !errors.As(err, &ee) || ee.Var != envcontract.SlotBytes {
-			t.Fatalf("%s=%q: got %v, want an EnvError naming it", envcontract.SlotBytes, val, err)
+		if !errors.As(err, &ee) || ee.Var != v {
+			t.Fatalf("%s=%q: got %v, want an EnvError naming it", v, val, err)
 		}
 	}
 }
