@@ -277,11 +277,12 @@ func (e *Engine) useFlat(nbytes int) bool {
 
 // useSlotBroadcast selects the slots, in rounds of Options.SlotBytes,
 // for a broadcast of nbytes among three or more ranks (broadcastSlots):
-// from e.slotBroadcastMin (slotBroadcastMinFor) up, above the one-step
-// threshold, where the group segment exists. With two ranks the pair's
-// ring copies as much (once in, once out).
+// from e.slotBroadcastMin (slotBroadcastMinFor) up, where the group
+// segment exists and the one-step broadcast (useFlat, checked first) does
+// not take it. With two ranks the pair's ring copies as much (once in,
+// once out).
 func (e *Engine) useSlotBroadcast(nbytes int) bool {
-	return e.grp != nil && !e.inCoalesced && e.mesh.Size() > 2 && nbytes >= e.slotBroadcastMin && nbytes > e.opts.FlatThreshold
+	return e.grp != nil && !e.inCoalesced && e.mesh.Size() > 2 && nbytes >= e.slotBroadcastMin
 }
 
 // useSlots reports whether a broadcast of nbytes goes through the
