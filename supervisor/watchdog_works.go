@@ -347,13 +347,18 @@ func workDuration(t comm.Timings) time.Duration {
 	if t.Completed.IsZero() {
 		return 0
 	}
-	from := t.Started
-	if from.IsZero() {
-		from = t.Created
-	}
 	// Not Time.Sub, which checks for overflow at twice the cost: these
 	// are wall-clock times a few hours apart at most.
-	return time.Duration(t.Completed.UnixNano() - from.UnixNano())
+	return spanNanos(unixOrZero(t.Created), unixOrZero(t.Started), t.Completed.UnixNano())
+}
+
+// unixOrZero is t in Unix ns, 0 for the zero Time (Work.UnixNanos' "not
+// yet").
+func unixOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // pollWorks reads the state of the Works in flight, in tracking order per
@@ -461,7 +466,8 @@ func stateOf(err error) string {
 }
 
 // emitWork publishes the change to state of Work w of group (fingerprint
-// fp; nil: a Work that succeeded before the watchdog saw it, endedOK), stamped with the Work's own time of the change (t: its timings; the
+// fp; w nil: a Work that succeeded before the watchdog saw it, endedOK),
+// stamped with the Work's own time of the change (t: its timings; the
 // watchdog sees changes at its tick, after the fact). Successful events go
 // out unsampled (EmitBudgeted): the watchdog has done the sampling.
 func (wd *Watchdog) emitWork(group string, fp *comm.Fingerprint, w *comm.Work, state string, t comm.Timings) {
