@@ -88,3 +88,92 @@ func TestInmemConnectErrors(t *testing.T) {
 		t.Fatalf("ring sizes differ: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// departCtrl is a link's control side whose peer departs at the first
+// readErr: before (the peer's last message) runs first, then the peer is
+// gone for good.
+type departCtrl struct {
+	control
+	before func()
+	gone   bool
+}
+
+func (c *departCtrl) readErr() error {
+	if !c.gone {
+		c.gone = true
+		c.before()
+	}
+	return errPeerClosed
+}
+
+// TestShmLinkDataBeforeDeparture: a peer that writes its last message and
+// leaves (it finished the op and destroyed the group) between a reader's
+// look at the ring and its check of the peer has that message delivered,
+// whole, as a socket delivers what was sent before an EOF; only then does
+// the reader see the departure. The same holds for the rest of a payload
+// that arrives in that window while read waits for it.
+func TestShmLinkDataBeforeDeparture(t *testing.T) {
+	h := NewInmemHub()
+	links := make([][]Link, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			links[r], _, errs[r] = h.Connect(context.Background(), InmemConfig{Group: "g", Rank: r, Size: 2, RingBytes: 4096}, NewCtl())
+		})
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	rx, tx := links[0][1].(*ShmLink), links[1][0].(*ShmLink)
+	hdr := Header{Kind: kindColl, Sender: 1, FP: comm.Fingerprint{Seq: 1, Op: comm.OpAllReduce}, Step: 0, Len: 5}
+	send := func() {
+		if err := tx.send(&hdr, []byte("hello")); err != nil {
+			t.Error(err)
+		}
+		if err := tx.flush(); err != nil {
+			t.Error(err)
+		}
+	}
+	rx.ctrl = &departCtrl{control: rx.ctrl, before: send}
+	got, ok, err := rx.poll()
+	if err != nil || !ok || got != hdr {
+		t.Fatalf("poll: %+v %v %v, want the message sent before the peer left", got, ok, err)
+	}
+	buf := make([]byte, 5)
+	if err := rx.read(&got, sink{dst: buf}); err != nil || string(buf) != "hello" {
+		t.Fatalf("read: %q %v", buf, err)
+	}
+	if _, ok, err := rx.poll(); ok || !errors.Is(err, errPeerClosed) {
+		t.Fatalf("poll after the last message: ok %v, %v; want the departure", ok, err)
+	}
+
+	// The payload's tail arrives while read waits, just before the peer
+	// leaves. Write the header and the first 16-byte unit directly, hold
+	// the rest back until readErr.
+	rx.ctrl = &departCtrl{control: rx.ctrl.(*departCtrl).control}
+	long := make([]byte, 64)
+	for i := range long {
+		long[i] = byte(i + 1)
+	}
+	h2 := Header{Kind: kindColl, Sender: 1, FP: comm.Fingerprint{Seq: 2, Op: comm.OpAllReduce}, Len: uint64(len(long))}
+	if err := tx.send(&h2, long); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Hide all but 16 payload bytes from the reader until the peer departs.
+	full := rx.rx.tail.Load()
+	rx.rx.tail.Store(full - 48)
+	rx.ctrl.(*departCtrl).before = func() { rx.rx.tail.Store(full) }
+	got, ok, err = rx.poll()
+	if err != nil || !ok || got != h2 {
+		t.Fatalf("poll: %+v %v %v", got, ok, err)
+	}
+	buf = make([]byte, len(long))
+	if err := rx.read(&got, sink{dst: buf}); err != nil || string(buf) != string(long) {
+		t.Fatalf("read of a payload completed before the departure: %v %v", buf, err)
+	}
+}

@@ -447,10 +447,16 @@ func (s *ShmLink) poll() (Header, bool, error) {
 		if s.ctl.Stopped.Load() {
 			return Header{}, false, ErrStopped
 		}
-		if err := s.peerErr(); err != nil {
+		err := s.peerErr()
+		if err == nil {
+			return Header{}, false, nil
+		}
+		// Data before departure: a peer that wrote its last message and
+		// then closed the link (it finished the op) between the two
+		// checks has that message read, as a socket's would be.
+		if r.tail.Load()-r.local < HeaderSize {
 			return Header{}, false, err
 		}
-		return Header{}, false, nil
 	}
 	var hb [HeaderSize]byte
 	at := r.local % r.size
@@ -480,6 +486,9 @@ func (s *ShmLink) read(h *Header, sk sink) error {
 				continue
 			}
 			if err := s.peerErr(); err != nil {
+				if r.tail.Load() != r.local {
+					continue // the rest came before the peer left (poll)
+				}
 				return err
 			}
 			if err := s.ctl.Fatal(); err != nil {

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -547,5 +548,63 @@ func TestYieldTight(t *testing.T) {
 	}
 	if !met {
 		t.Fatal("yieldTight never met a seq the peer published")
+	}
+}
+
+// goneLink is a Link to a peer whose connection is gone: poll first runs
+// before (the peer's last acts, say publishing its slot), then reports
+// the dead connection.
+type goneLink struct{ before func() }
+
+func (l goneLink) poll() (Header, bool, error) {
+	if l.before != nil {
+		l.before()
+	}
+	return Header{}, false, errors.New("EOF")
+}
+func (goneLink) read(*Header, sink) error   { return ErrStopped }
+func (goneLink) send(*Header, []byte) error { return ErrStopped }
+func (goneLink) flush() error               { return nil }
+func (goneLink) spins() bool                { return true }
+func (goneLink) Close()                     {}
+
+// TestFlatWaitDataBeforeFailure: a one-step op's wait that finds a peer's
+// link gone after the peer published what it waits for completes, as the
+// peer, which finished the op before it destroyed the group, did; without
+// the data it fails, naming the peer that closed the group. The failure comes between the
+// wait's check of its condition and its check for failures, the window in
+// which a rank of TestDestroyBoundedAndIdempotent once failed its first
+// allreduce while its peer succeeded and destroyed the group.
+func TestFlatWaitDataBeforeFailure(t *testing.T) {
+	m, g0, peer := tightMesh(t)
+	g0.Spin, g0.Yield = 0, 0 // straight to the loop
+	broke := errors.New("rank 1 failed op 2")
+
+	// A failure recorded for this op fails it, data or not (an abort is
+	// final; Engine.run fails the op after it, too).
+	m.Fatal = func() error { peer.Store(1); return broke }
+	if err := m.flatWait(peer, 2); !errors.Is(err, broke) {
+		t.Fatalf("failure recorded: %v, want %v", err, broke)
+	}
+
+	// The peer publishes, finishes and closes the group: its link is gone.
+	m.Fatal = func() error { return nil }
+	closed := &comm.RemoteAbortError{Rank: 1, Seq: 2, Reason: "rank 1 destroyed process group"}
+	m.Closed = func(p int) error {
+		if p == 1 {
+			return closed
+		}
+		return nil
+	}
+	m.links[1] = goneLink{before: func() { peer.Store(2) }}
+	if err := m.flatWait(peer, 2); err != nil {
+		t.Fatalf("peer published, then its link closed: %v, want nil", err)
+	}
+	// Gone without publishing: the op fails, naming the peer's close.
+	m.links[1] = goneLink{}
+	err := m.flatWait(peer, 3)
+	var ra *comm.RemoteAbortError
+	if !errors.As(err, &ra) || ra.Rank != 1 {
+		t.Fatalf("peer gone without publishing: %v, want the RemoteAbortError of rank 1's close", err)
 	}
 }
