@@ -488,25 +488,38 @@ func (l *TCPLink) poll() (Header, bool, error) {
 		}
 	}
 	if l.queued.Load() > 0 {
-		l.rmu.Lock()
-		x := &l.rx
-		full := x.qn == tcpInbox
-		l.cur = x.q[x.qh]
-		x.q[x.qh] = inMsg{}
-		x.qh = (x.qh + 1) % tcpInbox
-		x.qn--
-		l.queued.Store(int32(x.qn))
-		l.rmu.Unlock()
-		l.hasCur = true
-		if full {
-			l.kickReader()
-		}
-		return l.cur.h, true, nil
+		return l.take(), true, nil
 	}
 	if err := l.readErr(); err != nil {
+		// The reader goroutine queues what came before the connection's
+		// end and only then records the end: a message queued since the
+		// check above is delivered before the error (data before
+		// departure, as ShmLink.poll).
+		if l.queued.Load() > 0 {
+			return l.take(), true, nil
+		}
 		return Header{}, false, err
 	}
 	return Header{}, false, nil
+}
+
+// take dequeues the next message the reader goroutine queued (there is
+// one) as the current one and returns its header.
+func (l *TCPLink) take() Header {
+	l.rmu.Lock()
+	x := &l.rx
+	full := x.qn == tcpInbox
+	l.cur = x.q[x.qh]
+	x.q[x.qh] = inMsg{}
+	x.qh = (x.qh + 1) % tcpInbox
+	x.qn--
+	l.queued.Store(int32(x.qn))
+	l.rmu.Unlock()
+	l.hasCur = true
+	if full {
+		l.kickReader()
+	}
+	return l.cur.h
 }
 
 // kickReader tells a reader goroutine waiting for room that it may pump.
