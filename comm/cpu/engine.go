@@ -37,6 +37,11 @@ type Engine struct {
 	// inCoalesced is set while the children of a Coalesced op run: they
 	// take the message-based algorithms only (allreduce_flat.go).
 	inCoalesced bool
+	// cma is the single-copy transfers' state; cmaOff is set once one
+	// failed on some rank (allgatherCMA), on every rank for the same op.
+	// Both owned by the stream (the op that runs).
+	cma    cmaSide
+	cmaOff bool
 	// slotBroadcastMin is the smallest broadcast that goes through the
 	// slots in rounds (useSlotBroadcast): slotBroadcastMinFor(size),
 	// which tests raise to keep the chain.
@@ -112,7 +117,7 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	}
 	e := &Engine{
 		cfg: cfg, opts: opts, ctl: transport.NewCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
-		kick: time.NewTimer(time.Hour), slotBroadcastMin: slotBroadcastMinFor(cfg.Size),
+		kick: time.NewTimer(time.Hour), slotBroadcastMin: slotBroadcastMinFor(cfg.Size), cma: newCMASide(),
 		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
 	e.kick.Stop()

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ranktree/ranktree/comm"
@@ -72,9 +73,22 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 			blocks[i] = comm.Chunk(op.Out, i, counts, in.Len()).Bytes()
 		}
 		defer clear(blocks) // keep no reference to the caller's buffers
-		copy(blocks[r], in.Bytes())
-		if total := n * len(blocks[r]); op.Type == comm.OpAllGather && (e.useFlat(total) || e.useFlatRounds(total)) {
-			return allgatherFlat(m, blocks, e.allgatherPiece(total))
+		total := n * len(blocks[r])
+		if op.Type == comm.OpAllGather && e.useCMA(total) {
+			err := allgatherCMA(m, blocks, in.Bytes(), &e.cma)
+			if !errors.Is(err, errCMAFailed) {
+				return err
+			}
+			// Every rank saw the failure (allgatherCMA), its own block
+			// copied: all move this op's data through the rings and use
+			// them from now on.
+			e.cmaOff = true
+			e.log.Warn().Err(err).Msg("cpu engine: cross-memory attach failed; single-copy transfers off for this group")
+		} else {
+			copy(blocks[r], in.Bytes())
+			if op.Type == comm.OpAllGather && (e.useFlat(total) || e.useFlatRounds(total)) {
+				return allgatherFlat(m, blocks, e.allgatherPiece(total))
+			}
 		}
 		if e.useBruck(blocks) {
 			return allgatherBruck(m, blocks, e.scratch(bruckScratch(blocks)))
@@ -320,6 +334,15 @@ func slotBroadcastMinFor(n int) int {
 // keeps it.
 func (e *Engine) useFlatRounds(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && e.mesh.Size() > 2 && e.opts.FlatThreshold > 0 && nbytes <= flatRoundsMax
+}
+
+// useCMA selects the single-copy allgather (allgatherCMA) for a gathered
+// total of nbytes: between the two ranks of a group on this host over
+// shm, from Options.SingleCopyMin, until a single-copy read failed on
+// some rank (cmaOff).
+func (e *Engine) useCMA(nbytes int) bool {
+	return e.grp != nil && !e.inCoalesced && !e.cmaOff && e.mesh.Size() == 2 &&
+		e.opts.SingleCopyMin > 0 && nbytes >= e.opts.SingleCopyMin
 }
 
 // flatRoundsMax is the largest allgather (bytes gathered) that goes

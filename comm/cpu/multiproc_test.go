@@ -107,7 +107,7 @@ func TestMultiProcRank(t *testing.T) {
 	if mode == "crash" {
 		cfg.Faults = []comm.Fault{{Kind: comm.FaultCrash, Rank: 1, Seq: 2}}
 	}
-	e, err := New(context.Background(), cfg, Options{Transport: tr})
+	e, err := New(context.Background(), cfg, Options{Transport: tr, SingleCopyMin: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,12 +182,38 @@ func TestMultiProcRank(t *testing.T) {
 			t.Fatalf("rank %d: got %v, want %v", rank, data[0], want)
 		}
 	}
+	if tr == TransportSHM {
+		// An allgather through cross-memory attach between the two
+		// processes (allgather_cma.go): 400 KiB per rank.
+		const c = 100_003
+		in := make([]float32, c)
+		for i := range in {
+			in[i] = float32(1000*rank + i)
+		}
+		out := make([]float32, size*c)
+		fp := comm.Fingerprint{Group: comm.GroupHash("mp"), Seq: uint64(len(counts) + 1), Op: comm.OpAllGather, DType: comm.Float32, Count: c, Root: -1}
+		w := launch(e, &comm.Op{FP: fp, Type: comm.OpAllGather, In: []comm.Buffer{comm.HostBuffer(in)}, Out: []comm.Buffer{comm.HostBuffer(out)}})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := w.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for p := range size {
+			for _, i := range []int{0, 1, c / 2, c - 1} {
+				if got := out[p*c+i]; got != float32(1000*p+i) {
+					t.Fatalf("rank %d: allgather block %d elem %d = %v, want %d", rank, p, i, got, 1000*p+i)
+				}
+			}
+		}
+		fmt.Printf("RANK-CMA single-copy=%v\n", e.useCMA(size*c*4))
+	}
 	fmt.Println("RANK-RESULT ok")
 }
 
 // TestMultiProcess runs ranks as real processes (the test binary re-executed,
 // as Gloo's test/multiproc_test.h): allreduce over shm and tcp across
-// processes; a rank that dies mid-job, and one that hits an injected crash
+// processes, and an allgather by cross-memory attach between them over
+// shm; a rank that dies mid-job, and one that hits an injected crash
 // fault (exit code 3), give the survivor a *comm.TransportError; so does
 // one that dies while its peer waits in a one-step shared-memory op
 // (deathflat).
@@ -231,6 +257,16 @@ func TestMultiProcess(t *testing.T) {
 			}
 			if !strings.Contains(outs[0].String(), want) {
 				t.Fatalf("rank 0 output lacks %q:\n%s", want, outs[0])
+			}
+			if c.mode == "ok" && c.tr == TransportSHM {
+				for r := range size {
+					// The allgather went through cross-memory attach,
+					// which still serves the group: no rank's reads
+					// failed.
+					if !strings.Contains(outs[r].String(), "RANK-CMA single-copy=true") {
+						t.Fatalf("rank %d did not gather through cross-memory attach:\n%s", r, outs[r])
+					}
+				}
 			}
 			if c.mode == "deathflat" && !strings.Contains(outs[0].String(), "RANK-FLAT 2 doorbell=true") {
 				// Rank 0 published the one-step op at seq 2 and slept on

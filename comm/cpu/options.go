@@ -86,6 +86,20 @@ type Options struct {
 	// algorithms are disabled. All ranks must use the same value.
 	// Under rankrunner: RANKTREE_SLOT_BYTES.
 	SlotBytes int
+	// SingleCopyMin is the smallest allgather, in bytes gathered, that a
+	// group of two ranks on this host moves by cross-memory attach
+	// (process_vm_readv; allgather_cma.go): each rank reads its peer's
+	// block straight from the peer's memory, one copy instead of two
+	// through a shared-memory ring, as Open MPI's shared-memory BTL does
+	// with its CMA single-copy mechanism. Default (0): 2 MiB
+	// (singleCopyDefault); negative disables it. It needs the group
+	// segment (FlatThreshold not disabled, every rank over shm). If a
+	// read fails on any rank (a kernel without CMA, ptrace restrictions
+	// between the processes, processes in different pid namespaces),
+	// every rank moves that op's data through the rings instead and the
+	// group stops using CMA, with a warning in the log. All ranks must
+	// use the same value. Under rankrunner: RANKTREE_SINGLE_COPY_MIN.
+	SingleCopyMin int
 }
 
 // validate fills defaults for a group of n ranks and rejects bad values
@@ -157,8 +171,23 @@ func (o *Options) validate(n int) error {
 		o.SlotBytes = slotDefault(n, o.FlatThreshold)
 	}
 	o.SlotBytes = (max(o.SlotBytes, o.FlatThreshold) + 63) &^ 63
+	if o.SingleCopyMin == 0 {
+		o.SingleCopyMin = singleCopyDefault
+	}
 	return nil
 }
+
+// singleCopyDefault is SingleCopyMin's default. On the 2-core VM,
+// 2026-11-27, 2 ranks, 5 rounds × 40 ops interleaved with the ring and
+// with Open MPI 4.1 (whose vader BTL uses CMA), mean µs (median over
+// rounds), single copy / ring / Open MPI: 1 MiB gathered 48 / 47 / 63, 2
+// MiB 133 / 146 / 108, 4 MiB 244 / 295 / 227, 8 MiB 480 / 523 / 637, 16
+// MiB 1140 / 1183 / 1511, 64 MiB 5130 / 5866 / 7226; in an earlier run at
+// 512 KiB the ring was faster (28 against 32). With three and four ranks
+// (on two cores) the slots' rounds (allgatherFlat) beat it at every size
+// from 128 KiB: at 4 ranks 2 MiB 321 against 463, 16 MiB 2878 against
+// 5458.
+const singleCopyDefault = 2 << 20
 
 // slotDefault is SlotBytes' default for a group of n ranks whose
 // FlatThreshold is flat. With 3 or more ranks the slots also carry large

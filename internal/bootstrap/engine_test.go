@@ -109,6 +109,13 @@ func TestCPUOptionsSlotBytes(t *testing.T) {
 		map[string]int{"": 0, "65536": 65536, "16777216": 16 << 20}, []string{"x", "-1", "16777217"})
 }
 
+// TestCPUOptionsSingleCopyMin: RANKTREE_SINGLE_COPY_MIN sets
+// cpu.Options.SingleCopyMin; a bad value is an *EnvError naming it.
+func TestCPUOptionsSingleCopyMin(t *testing.T) {
+	checkCPUOptionVar(t, envcontract.SingleCopyMin, 2, func(o cpu.Options) int { return o.SingleCopyMin },
+		map[string]int{"": 0, "1048576": 1 << 20, "-1": -1}, []string{"x", "-2", "1.5"})
+}
+
 // checkCPUOptionVar sets variable v to each key of good and checks the
 // engine option field reads (a single-node job of world ranks), then to
 // each of bad and checks for an *EnvError naming v.

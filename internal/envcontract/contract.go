@@ -50,6 +50,7 @@ const (
 	HostID        = "RANKTREE_HOST_ID"
 	FlatThreshold = "RANKTREE_FLAT_THRESHOLD"
 	SlotBytes     = "RANKTREE_SLOT_BYTES"
+	SingleCopyMin = "RANKTREE_SINGLE_COPY_MIN"
 
 	// ErrorFile is read on its own, not by Read: internal/bootstrap's
 	// recordError reads it so that an Init that fails while parsing can
@@ -132,6 +133,11 @@ type CPU struct {
 	// group-segment slot, cpu.Options.SlotBytes (0: the engine's
 	// default).
 	SlotBytes int
+	// SingleCopyMin is RANKTREE_SINGLE_COPY_MIN: the smallest allgather
+	// (bytes gathered) between two ranks that moves by cross-memory
+	// attach, cpu.Options.SingleCopyMin (0: the engine's default, -1:
+	// off).
+	SingleCopyMin int
 }
 
 // Read reads every variable of the env contract once through lookup and
@@ -254,6 +260,13 @@ func readCPU(get func(string) string) (CPU, error) {
 			return c, &VarError{Var: SlotBytes, Value: s, Msg: "want a size in bytes up to 16777216"}
 		}
 		c.SlotBytes = n
+	}
+	if s := get(SingleCopyMin); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < -1 {
+			return c, &VarError{Var: SingleCopyMin, Value: s, Msg: "want a size in bytes, or -1 for off"}
+		}
+		c.SingleCopyMin = n
 	}
 	return c, nil
 }

@@ -1,0 +1,149 @@
+package cpu
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ranktree/ranktree/comm"
+)
+
+// Output layouts of cmaAllGather.
+const (
+	outOne     = "one buffer"
+	outList    = "a buffer per rank"
+	outInPlace = "in place" // the input is the rank's block of one output buffer
+)
+
+// cmaAllGather runs an allgather of c int32 per rank on g (rank r's
+// element i is 1000·r+i) with the output laid out as layout says, and
+// checks every rank's output.
+func cmaAllGather(t *testing.T, g *group, c int, layout string) {
+	t.Helper()
+	list := layout == outList
+	n := len(g.engines)
+	ins := make([]comm.Buffer, n)
+	outs := make([][]comm.Buffer, n)
+	for r := range n {
+		if list {
+			for range n {
+				outs[r] = append(outs[r], comm.NewHostBuffer(comm.Int32, c))
+			}
+		} else {
+			outs[r] = []comm.Buffer{comm.NewHostBuffer(comm.Int32, n*c)}
+		}
+		ins[r] = comm.NewHostBuffer(comm.Int32, c)
+		if layout == outInPlace {
+			ins[r] = comm.Chunk(outs[r], r, nil, c)
+		}
+		for i := range c {
+			setF(ins[r], i, float64(1000*r+i))
+		}
+	}
+	g.mustRun("allgather", func(r int, fp fpFunc) *comm.Op {
+		return &comm.Op{FP: fp(comm.OpAllGather, comm.Int32, c, -1, comm.ReduceOp{}), Type: comm.OpAllGather, In: []comm.Buffer{ins[r]}, Out: outs[r]}
+	})
+	for r := range n {
+		for i := range n {
+			blk := comm.Chunk(outs[r], i, nil, c)
+			for k := range c {
+				if got := getF(blk, k); got != float64(1000*i+k) {
+					t.Fatalf("c=%d, %s: rank %d block %d elem %d = %v, want %d", c, layout, r, i, k, got, 1000*i+k)
+				}
+			}
+		}
+	}
+}
+
+// TestAllGatherCMA: two ranks over shm and inmem (the engines of one
+// process: each reads the other's block in its own memory) gather through
+// cross-memory attach from SingleCopyMin, into one buffer, a list, or in
+// place, at
+// odd sizes, with their own block copied in place in one copy (beyond
+// cachedCopyMax) or in pieces; the engine takes it only for two ranks, from
+// SingleCopyMin, and not when it is disabled. The cross-process case is
+// TestMultiProcess.
+func TestAllGatherCMA(t *testing.T) {
+	for _, tr := range []string{TransportSHM, TransportInmem} {
+		t.Run(tr, func(t *testing.T) {
+			g := newGroup(t, 2, Options{Transport: tr, SingleCopyMin: 4096})
+			for _, c := range []int{512, 1001, 300_001} {
+				if !g.engines[0].useCMA(2 * c * 4) {
+					t.Fatalf("%d int32 per rank: the engine would not take the single copy", c)
+				}
+				for _, layout := range []string{outOne, outList, outInPlace} {
+					cmaAllGather(t, g, c, layout)
+				}
+			}
+			if g.engines[0].useCMA(4092) || g.engines[0].cmaOff || g.engines[1].cmaOff {
+				t.Fatal("single copy below SingleCopyMin, or switched off after successful reads")
+			}
+		})
+	}
+	if e := newGroup(t, 3, Options{Transport: TransportSHM, SingleCopyMin: 4096}).engines[0]; e.useCMA(64 << 20) {
+		t.Fatal("single copy among 3 ranks")
+	}
+	if e := newGroup(t, 2, Options{Transport: TransportSHM, SingleCopyMin: -1}).engines[0]; e.useCMA(64 << 20) {
+		t.Fatal("single copy with SingleCopyMin -1")
+	}
+	if e := newGroup(t, 2, Options{Transport: TransportSHM}).engines[0]; e.opts.SingleCopyMin != singleCopyDefault || e.useCMA(singleCopyDefault-8) || !e.useCMA(singleCopyDefault) {
+		t.Fatalf("default SingleCopyMin %d, want %d", e.opts.SingleCopyMin, singleCopyDefault)
+	}
+}
+
+// TestAllGatherCMAFallback: when one rank's reads fail (the kernel
+// refuses, or the pid names another process than the peer's, as in
+// another pid namespace), both ranks still gather right, through the
+// rings, and both stop using the single copy; the next allgather runs
+// through the rings from the start.
+func TestAllGatherCMAFallback(t *testing.T) {
+	other := uint64(42) // a token that is not the peer's
+	for name, read := range map[string]func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error){
+		"refused": func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error) { return 0, syscall.EPERM },
+		"other process": func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error) {
+			remote[0].Base = uintptr(unsafe.Pointer(&other))
+			return unix.ProcessVMReadv(pid, local, remote, flags)
+		},
+	} {
+		for failing := range 2 {
+			t.Run(fmt.Sprintf("%s/rank%d", name, failing), func(t *testing.T) {
+				g := newGroup(t, 2, Options{Transport: TransportSHM, SingleCopyMin: 4096})
+				g.engines[failing].cma.read = read
+				cmaAllGather(t, g, 4099, outOne)
+				for r, e := range g.engines {
+					if !e.cmaOff || e.useCMA(1<<20) {
+						t.Fatalf("rank %d still takes the single copy after rank %d's reads failed", r, failing)
+					}
+				}
+				cmaAllGather(t, g, 4099, outList)
+			})
+		}
+	}
+}
+
+// TestAllGatherCMAMismatch: ranks that gather different counts through
+// the single copy, or the same count, one through it and one through the
+// ring (as with another SingleCopyMin), fail on both ranks with
+// ErrMismatch within a second.
+func TestAllGatherCMAMismatch(t *testing.T) {
+	for name, counts := range map[string][2]int{"counts": {5000, 6000}, "single copy against ring": {5000, 5000}} {
+		t.Run(name, func(t *testing.T) {
+			g := newGroup(t, 2, Options{Transport: TransportSHM, SingleCopyMin: 16 << 10})
+			// Rank 1 takes the ring, as with another SingleCopyMin.
+			g.engines[1].cmaOff = counts[0] == counts[1]
+			works := make([]*comm.Work, 2)
+			start := time.Now()
+			for r, e := range g.engines {
+				c := counts[r]
+				fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpAllGather, DType: comm.Int32, Count: int64(c), Root: -1}
+				works[r] = launch(e, &comm.Op{FP: fp, Type: comm.OpAllGather, In: []comm.Buffer{comm.NewHostBuffer(comm.Int32, c)},
+					Out: []comm.Buffer{comm.NewHostBuffer(comm.Int32, 2*c)}})
+			}
+			expectMismatch(t, works, start)
+		})
+	}
+}
