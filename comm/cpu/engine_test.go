@@ -656,3 +656,35 @@ func TestListenWildcard(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortBetweenOpsSparesFinishedOp: a rank that finished seq 1 and
+// then aborts, with a reason that names no seq, tells its peers that the
+// failure starts at seq 2, the op it had not begun: a peer's seq 1 (which
+// the aborting rank completed successfully) is not failed for it, even if
+// it ends after the notice, and the peer's seq 2 fails with a
+// RemoteAbortError naming rank 1 at seq 2.
+func TestAbortBetweenOpsSparesFinishedOp(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGroup(t, 2, Options{Transport: tr})
+			bufs := []comm.Buffer{comm.NewHostBuffer(comm.Float32, 4), comm.NewHostBuffer(comm.Float32, 4)}
+			g.mustRun("allreduce seq 1", func(r int, fp fpFunc) *comm.Op {
+				return &comm.Op{FP: fp(comm.OpAllReduce, comm.Float32, 4, -1, comm.Sum), Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[r]}}
+			})
+			g.engines[1].Abort(errors.New("user abort"))
+			e0 := g.engines[0]
+			var ra *comm.RemoteAbortError
+			if err := e0.AsyncError(); !errors.As(err, &ra) || ra.Rank != 1 || ra.Seq != 2 {
+				t.Fatalf("rank 0 recorded %v, want a RemoteAbortError naming rank 1 at seq 2", err)
+			}
+			if err := e0.fatal.forSeq(1); err != nil {
+				t.Fatalf("rank 0 would fail seq 1, which rank 1 completed: %v", err)
+			}
+			fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 2, Op: comm.OpAllReduce, DType: comm.Float32, Count: 4, Root: -1, RedOp: comm.RedSum}
+			err := waitT(t, launch(e0, &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{bufs[0]}}), 5*time.Second)
+			if !errors.As(err, &ra) || ra.Rank != 1 || ra.Seq != 2 {
+				t.Fatalf("rank 0's seq 2: %v, want a RemoteAbortError naming rank 1 at seq 2", err)
+			}
+		})
+	}
+}

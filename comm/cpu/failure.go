@@ -66,7 +66,7 @@ func (e *Engine) noticeFor(kind string, err error) failNotice {
 	if kind == noticeAbort && errors.As(err, &me) {
 		kind = noticeMismatch
 	}
-	n := failNotice{Kind: kind, Origin: e.globalRank(e.cfg.Rank), Seq: e.curSeq.Load()}
+	n := failNotice{Kind: kind, Origin: e.globalRank(e.cfg.Rank), Seq: e.failingSeq()}
 	if err == nil {
 		return n
 	}
@@ -306,10 +306,25 @@ func (e *Engine) broke(err error) bool {
 }
 
 // failSeq is the collective seq where err, which broke this engine, started:
-// the seq it blames, else the op this engine runs or ran last.
+// the seq it blames, else failingSeq.
 func (e *Engine) failSeq(err error) uint64 {
 	if _, seq := comm.Blame(err, e.globalRank(e.cfg.Rank), e.members()); seq != 0 {
 		return seq
 	}
-	return e.curSeq.Load()
+	return e.failingSeq()
+}
+
+// failingSeq is the first collective seq a failure of this engine that
+// names none concerns: the collective the stream runs, or, between ops,
+// the next one. The ops this rank finished succeeded here, so they must
+// not fail on the peers for its sake (docs/semantics.md, "An abort is
+// final"): a rank that completed seq S and then aborted used to send S,
+// which failed the peers' S when it ended after the notice. curSeq is
+// read first: an op that starts in between is then seen running.
+func (e *Engine) failingSeq() uint64 {
+	last := e.curSeq.Load()
+	if s := e.opSeq.Load(); s != opP2P {
+		return s
+	}
+	return last + 1
 }
