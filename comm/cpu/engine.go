@@ -385,7 +385,7 @@ func (e *Engine) Close() error {
 	if e.mesh != nil && e.stopped() == nil {
 		// Peers that still wait for this rank learn that it closed the
 		// group, rather than reading an EOF (failure.go).
-		n := failNotice{Kind: noticeClosed, Origin: e.globalRank(e.cfg.Rank), Seq: e.curSeq.Load(),
+		n := failNotice{Kind: noticeClosed, Origin: e.globalRank(e.cfg.Rank), Seq: e.failingSeq(),
 			Reason: fmt.Sprintf("rank %d destroyed process group %q (epoch %d)", e.globalRank(e.cfg.Rank), e.cfg.Group, e.cfg.Epoch)}
 		if err := e.fatal.get(); err != nil {
 			// The communicator broke before this rank closed it (a peer's
