@@ -12,53 +12,6 @@ import (
 	"github.com/ranktree/ranktree/comm"
 )
 
-// Output layouts of cmaAllGather.
-const (
-	outOne     = "one buffer"
-	outList    = "a buffer per rank"
-	outInPlace = "in place" // the input is the rank's block of one output buffer
-)
-
-// cmaAllGather runs an allgather of c int32 per rank on g (rank r's
-// element i is 1000·r+i) with the output laid out as layout says, and
-// checks every rank's output.
-func cmaAllGather(t *testing.T, g *group, c int, layout string) {
-	t.Helper()
-	list := layout == outList
-	n := len(g.engines)
-	ins := make([]comm.Buffer, n)
-	outs := make([][]comm.Buffer, n)
-	for r := range n {
-		if list {
-			for range n {
-				outs[r] = append(outs[r], comm.NewHostBuffer(comm.Int32, c))
-			}
-		} else {
-			outs[r] = []comm.Buffer{comm.NewHostBuffer(comm.Int32, n*c)}
-		}
-		ins[r] = comm.NewHostBuffer(comm.Int32, c)
-		if layout == outInPlace {
-			ins[r] = comm.Chunk(outs[r], r, nil, c)
-		}
-		for i := range c {
-			setF(ins[r], i, float64(1000*r+i))
-		}
-	}
-	g.mustRun("allgather", func(r int, fp fpFunc) *comm.Op {
-		return &comm.Op{FP: fp(comm.OpAllGather, comm.Int32, c, -1, comm.ReduceOp{}), Type: comm.OpAllGather, In: []comm.Buffer{ins[r]}, Out: outs[r]}
-	})
-	for r := range n {
-		for i := range n {
-			blk := comm.Chunk(outs[r], i, nil, c)
-			for k := range c {
-				if got := getF(blk, k); got != float64(1000*i+k) {
-					t.Fatalf("c=%d, %s: rank %d block %d elem %d = %v, want %d", c, layout, r, i, k, got, 1000*i+k)
-				}
-			}
-		}
-	}
-}
-
 // TestAllGatherCMA: two ranks over shm and inmem (the engines of one
 // process: each reads the other's block in its own memory) gather through
 // cross-memory attach from SingleCopyMin, into one buffer, a list, or in
@@ -76,7 +29,7 @@ func TestAllGatherCMA(t *testing.T) {
 					t.Fatalf("%d int32 per rank: the engine would not take the single copy", c)
 				}
 				for _, layout := range []string{outOne, outList, outInPlace} {
-					cmaAllGather(t, g, c, layout)
+					checkAllGather(t, g, c, layout)
 				}
 			}
 			if g.engines[0].useCMA(4092) || g.engines[0].cmaOff || g.engines[1].cmaOff {
@@ -113,13 +66,13 @@ func TestAllGatherCMAFallback(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/rank%d", name, failing), func(t *testing.T) {
 				g := newGroup(t, 2, Options{Transport: TransportSHM, SingleCopyMin: 4096})
 				g.engines[failing].cma.read = read
-				cmaAllGather(t, g, 4099, outOne)
+				checkAllGather(t, g, 4099, outOne)
 				for r, e := range g.engines {
 					if !e.cmaOff || e.useCMA(1<<20) {
 						t.Fatalf("rank %d still takes the single copy after rank %d's reads failed", r, failing)
 					}
 				}
-				cmaAllGather(t, g, 4099, outList)
+				checkAllGather(t, g, 4099, outList)
 			})
 		}
 	}

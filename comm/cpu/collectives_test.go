@@ -196,35 +196,8 @@ func TestAllGatherFlatRoundsShm(t *testing.T) {
 				if e := g.engines[0]; e.useFlat(n*c*4) || !e.useFlatRounds(n*c*4) || e.allgatherPiece(n*c*4) != want {
 					t.Fatalf("%d int32 per rank: the engine would not take the slots in rounds of %d bytes", c, want)
 				}
-				for _, list := range []bool{false, true} {
-					outs := make([][]comm.Buffer, n)
-					ins := make([]comm.Buffer, n)
-					for r := range n {
-						ins[r] = comm.NewHostBuffer(comm.Int32, c)
-						for i := range c {
-							setF(ins[r], i, float64(1000*r+i))
-						}
-						if list {
-							for range n {
-								outs[r] = append(outs[r], comm.NewHostBuffer(comm.Int32, c))
-							}
-						} else {
-							outs[r] = []comm.Buffer{comm.NewHostBuffer(comm.Int32, n*c)}
-						}
-					}
-					g.mustRun("allgather", func(r int, fp fpFunc) *comm.Op {
-						return &comm.Op{FP: fp(comm.OpAllGather, comm.Int32, c, -1, comm.ReduceOp{}), Type: comm.OpAllGather, In: []comm.Buffer{ins[r]}, Out: outs[r]}
-					})
-					for r := range n {
-						for i := range n {
-							blk := comm.Chunk(outs[r], i, nil, c)
-							for k := range c {
-								if got := getF(blk, k); got != float64(1000*i+k) {
-									t.Fatalf("c=%d list=%v: rank %d block %d elem %d = %v, want %d", c, list, r, i, k, got, 1000*i+k)
-								}
-							}
-						}
-					}
+				for _, layout := range []string{outOne, outList} {
+					checkAllGather(t, g, c, layout)
 				}
 			}
 		})
@@ -544,4 +517,51 @@ func TestGatherScatter(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Output layouts of checkAllGather.
+const (
+	outOne     = "one buffer"
+	outList    = "a buffer per rank"
+	outInPlace = "in place" // the input is the rank's block of one output buffer
+)
+
+// checkAllGather runs an allgather of c int32 per rank on g (rank r's
+// element i is 1000·r+i) with the output laid out as layout says, and
+// checks every rank's output.
+func checkAllGather(t *testing.T, g *group, c int, layout string) {
+	t.Helper()
+	list := layout == outList
+	n := len(g.engines)
+	ins := make([]comm.Buffer, n)
+	outs := make([][]comm.Buffer, n)
+	for r := range n {
+		if list {
+			for range n {
+				outs[r] = append(outs[r], comm.NewHostBuffer(comm.Int32, c))
+			}
+		} else {
+			outs[r] = []comm.Buffer{comm.NewHostBuffer(comm.Int32, n*c)}
+		}
+		ins[r] = comm.NewHostBuffer(comm.Int32, c)
+		if layout == outInPlace {
+			ins[r] = comm.Chunk(outs[r], r, nil, c)
+		}
+		for i := range c {
+			setF(ins[r], i, float64(1000*r+i))
+		}
+	}
+	g.mustRun("allgather", func(r int, fp fpFunc) *comm.Op {
+		return &comm.Op{FP: fp(comm.OpAllGather, comm.Int32, c, -1, comm.ReduceOp{}), Type: comm.OpAllGather, In: []comm.Buffer{ins[r]}, Out: outs[r]}
+	})
+	for r := range n {
+		for i := range n {
+			blk := comm.Chunk(outs[r], i, nil, c)
+			for k := range c {
+				if got := getF(blk, k); got != float64(1000*i+k) {
+					t.Fatalf("c=%d, %s: rank %d block %d elem %d = %v, want %d", c, layout, r, i, k, got, 1000*i+k)
+				}
+			}
+		}
+	}
 }
