@@ -15,11 +15,10 @@ import (
 // TestAllGatherCMA: two ranks over shm and inmem (the engines of one
 // process: each reads the other's block in its own memory) gather through
 // cross-memory attach from SingleCopyMin, into one buffer, a list, or in
-// place, at
-// odd sizes, with their own block copied in place in one copy (beyond
-// cachedCopyMax) or in pieces; the engine takes it only for two ranks, from
-// SingleCopyMin, and not when it is disabled. The cross-process case is
-// TestMultiProcess.
+// place, at odd sizes, with their own block copied in one copy (beyond
+// cachedCopyMax) or in pieces; the engine takes it only for two ranks,
+// from SingleCopyMin, and not when it is disabled. The cross-process case
+// is TestMultiProcess.
 func TestAllGatherCMA(t *testing.T) {
 	for _, tr := range []string{TransportSHM, TransportInmem} {
 		t.Run(tr, func(t *testing.T) {
