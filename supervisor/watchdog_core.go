@@ -252,6 +252,18 @@ type wdGroup struct {
 	peers     map[int]Progress
 	due       []*wdWork // in-flight Works, a min-heap by (deadline, id); done ones leave lazily
 	nDone     int       // done entries still in due
+	// deferred is a peer's or the engine's abort that started at a later
+	// collective seq than Works still in flight here (abortAt): its
+	// incident waits until they end.
+	deferred *deferredAbort
+}
+
+// deferredAbort is an incident that waits for the Works before seq.
+type deferredAbort struct {
+	cause  error
+	reason string
+	seq    uint64
+	remote bool
 }
 
 type wdWork struct {
@@ -405,6 +417,9 @@ func (c *WatchdogCore) Scheduled(e EvScheduled) []Action {
 	if g.aborted {
 		return []Action{ActFailWork{ID: e.ID, Err: &comm.AbortedError{Group: e.Group, Reason: g.abortErr}}}
 	}
+	if d := g.deferred; d != nil && failsAt(e.FP, d.seq) {
+		return []Action{ActFailWork{ID: e.ID, Err: d.cause}}
+	}
 	timeout := e.Timeout
 	if timeout <= 0 {
 		timeout = g.timeout
@@ -461,11 +476,21 @@ func (c *WatchdogCore) Completed(id WorkID, err error) []Action {
 	}
 	g := c.group(w.group)
 	c.drop(g, w)
-	if err == nil {
-		if !w.fp.Op.IsP2P() {
-			g.local.Started = max(g.local.Started, w.fp.Seq)
-			g.local.Completed = max(g.local.Completed, w.fp.Seq)
+	if err == nil && !w.fp.Op.IsP2P() {
+		g.local.Started = max(g.local.Started, w.fp.Seq)
+		g.local.Completed = max(g.local.Completed, w.fp.Seq)
+	}
+	if d := g.deferred; d != nil {
+		// An abort that started at a later seq waits for this group's
+		// earlier Works (abortAt); it is the cause, whatever this one's
+		// outcome.
+		if c.liveBefore(g, d.seq) {
+			return nil
 		}
+		g.deferred = nil
+		return append(c.failGroupWorks(g.spec.Name, d.cause), c.incident(g, d.cause, d.reason, d.remote)...)
+	}
+	if err == nil {
 		return nil
 	}
 	// An engine-detected failure breaks the communicator: handle it like an
@@ -678,8 +703,8 @@ func (c *WatchdogCore) asyncError(e EvAsyncError) []Action {
 		}
 		cause = ee
 	}
-	acts := c.failGroupWorks(e.Group, cause)
-	return append(acts, c.incident(g, cause, fmt.Sprintf("rank %d: async engine error on group %q: %v", c.cfg.Rank, e.Group, cause), false)...)
+	_, seq := comm.Blame(cause, c.cfg.Rank, g.spec.Members)
+	return c.abortAt(g, cause, seq, fmt.Sprintf("rank %d: async engine error on group %q: %v", c.cfg.Rank, e.Group, cause), false)
 }
 
 func (c *WatchdogCore) remoteAbort(commID string, rec AbortRecord) []Action {
@@ -695,14 +720,57 @@ func (c *WatchdogCore) remoteAbort(commID string, rec AbortRecord) []Action {
 		return nil
 	}
 	err := &comm.RemoteAbortError{Rank: rec.OriginRank(), Reason: rec.Reason, Seq: rec.Seq, Relay: rec.Rank}
-	acts := c.failGroupWorks(g.spec.Name, err)
-	return append(acts, c.incident(g, err, fmt.Sprintf("rank %d: %v (group %q)", c.cfg.Rank, err, g.spec.Name), true)...)
+	return c.abortAt(g, err, rec.Seq, fmt.Sprintf("rank %d: %v (group %q)", c.cfg.Rank, err, g.spec.Name), true)
+}
+
+// abortAt fails group g's Works with cause, an abort that started at
+// collective seq (0: unknown), and applies the incident; but while Works
+// of g before seq are still in flight it fails only those from seq on
+// (and point-to-point ones, which every failure concerns) and defers the
+// rest until the earlier ones end (Completed) or time out (tick). Those
+// are ops that every member which reached seq had finished its part of:
+// they run on and complete here as they did there, instead of failing on
+// this rank alone because the watchdog aborted the communicator under
+// them (docs/semantics.md, "An abort is final"). Works launched meanwhile
+// from seq on fail at once (Scheduled).
+func (c *WatchdogCore) abortAt(g *wdGroup, cause error, seq uint64, reason string, remote bool) []Action {
+	if seq == 0 || !c.liveBefore(g, seq) {
+		return append(c.failGroupWorks(g.spec.Name, cause), c.incident(g, cause, reason, remote)...)
+	}
+	if g.deferred == nil {
+		g.deferred = &deferredAbort{cause: cause, reason: reason, seq: seq, remote: remote}
+	}
+	var acts []Action
+	for _, w := range c.sortedLive(g) {
+		if failsAt(w.fp, g.deferred.seq) {
+			c.drop(g, w)
+			acts = append(acts, ActFailWork{ID: w.id, Err: g.deferred.cause})
+		}
+	}
+	return acts
+}
+
+// failsAt reports whether an abort that started at collective seq fails
+// the op of fp: a collective from seq on, or a point-to-point op.
+func failsAt(fp comm.Fingerprint, seq uint64) bool {
+	return fp.Op.IsP2P() || fp.Seq >= seq
+}
+
+// liveBefore reports whether a collective of g before seq is in flight.
+func (c *WatchdogCore) liveBefore(g *wdGroup, seq uint64) bool {
+	for _, w := range g.due {
+		if !w.done && !failsAt(w.fp, seq) {
+			return true
+		}
+	}
+	return false
 }
 
 // incident applies the error-handling mode after cause broke group g.
 // remote says the abort came from a peer (nothing to announce).
 func (c *WatchdogCore) incident(g *wdGroup, cause error, reason string, remote bool) []Action {
 	mode := c.cfg.Mode
+	g.deferred = nil // this incident is the one that counts now
 	var acts []Action
 	if mode != NoHandling {
 		g.aborted, g.abortErr = true, cause
@@ -738,6 +806,17 @@ func (c *WatchdogCore) failGroupWorks(group string, err error) []Action {
 	if g == nil {
 		return nil
 	}
+	live := c.sortedLive(g)
+	acts := make([]Action, 0, len(live))
+	for _, w := range live {
+		c.drop(g, w)
+		acts = append(acts, ActFailWork{ID: w.id, Err: err})
+	}
+	return acts
+}
+
+// sortedLive is g's Works in flight, in id order.
+func (c *WatchdogCore) sortedLive(g *wdGroup) []*wdWork {
 	var live []*wdWork
 	for _, w := range g.due {
 		if !w.done {
@@ -745,12 +824,7 @@ func (c *WatchdogCore) failGroupWorks(group string, err error) []Action {
 		}
 	}
 	slices.SortFunc(live, func(a, b *wdWork) int { return cmpU64(uint64(a.id), uint64(b.id)) })
-	acts := make([]Action, 0, len(live))
-	for _, w := range live {
-		c.drop(g, w)
-		acts = append(acts, ActFailWork{ID: w.id, Err: err})
-	}
-	return acts
+	return live
 }
 
 // oldest is group's earliest-launched Work in flight (nil if none).

@@ -476,3 +476,56 @@ func TestWatchdogCoreEarliestDeadlineNotOldest(t *testing.T) {
 		t.Fatalf("in flight %d, want Work 1 only", c.InFlight())
 	}
 }
+
+// TestWatchdogAbortSparesEarlierWorks: an abort that started at seq 5 (a
+// peer's record, or the engine's async error naming it) while this
+// rank's seq 4 is still in flight fails seq 5 and later at once, but
+// neither seq 4 nor the communicator: every member that reached seq 5 had
+// finished its part of seq 4, which completes here as it did there. The
+// incident (the communicator's abort) follows when seq 4 ends; a Work of
+// seq 6 launched meanwhile fails at once. An abort at the oldest Work's
+// own seq, or one naming no seq, fails everything at once, as before.
+func TestWatchdogAbortSparesEarlierWorks(t *testing.T) {
+	remote := &comm.RemoteAbortError{Rank: 1, Seq: 5, Reason: "rank 1 timed out"}
+	for name, ev := range map[string]WatchdogEvent{
+		"remote record": EvRemoteAbort{CommID: "default_pg.0", Record: AbortRecord{Rank: 1, Group: "default_pg", Reason: "rank 1 timed out", Seq: 5}},
+		"async error":   EvAsyncError{Group: "default_pg", Err: remote},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := coreWith(0, CleanupOnly, 3, 5)
+			if got := kinds(c.Step(ev)); !reflect.DeepEqual(got, []string{"FailWork(5,remote)"}) {
+				t.Fatalf("abort at seq 5 with seq 4 in flight: %v, want only seq 5 failed", got)
+			}
+			if c.Aborted("default_pg") {
+				t.Fatal("communicator aborted under seq 4")
+			}
+			if got := kinds(c.Step(EvScheduled{ID: 6, Group: "default_pg", FP: fpAt(6), At: t0})); !reflect.DeepEqual(got, []string{"FailWork(6,remote)"}) {
+				t.Fatalf("seq 6 launched meanwhile: %v, want it failed at once", got)
+			}
+			acts := c.Step(EvCompleted{ID: 4})
+			if got := kinds(acts); !slices.Contains(got, "AbortComm") || slices.ContainsFunc(got, func(k string) bool { return strings.HasPrefix(k, "FailWork") }) {
+				t.Fatalf("seq 4 completed: %v, want the communicator aborted and no Work failed", got)
+			}
+			if !c.Aborted("default_pg") || c.InFlight() != 0 {
+				t.Fatalf("after seq 4: aborted %v, %d in flight", c.Aborted("default_pg"), c.InFlight())
+			}
+		})
+	}
+	t.Run("seq 4 times out", func(t *testing.T) {
+		c := coreWith(0, CleanupOnly, 3, 5)
+		c.Step(EvRemoteAbort{CommID: "default_pg.0", Record: AbortRecord{Rank: 1, Group: "default_pg", Reason: "rank 1 timed out", Seq: 5}})
+		got := kinds(c.Step(EvTick{Now: t0.Add(2 * time.Second)}))
+		if !slices.Contains(got, "FailWork(4,timeout)") || !slices.Contains(got, "AbortComm") {
+			t.Fatalf("seq 4 past its deadline: %v, want it timed out and the communicator aborted", got)
+		}
+	})
+	for name, seq := range map[string]uint64{"at the oldest seq": 4, "no seq": 0} {
+		t.Run(name, func(t *testing.T) {
+			c := coreWith(0, CleanupOnly, 3, 5)
+			got := kinds(c.Step(EvRemoteAbort{CommID: "default_pg.0", Record: AbortRecord{Rank: 1, Group: "default_pg", Reason: "x", Seq: seq}}))
+			if !slices.Contains(got, "FailWork(4,remote)") || !slices.Contains(got, "FailWork(5,remote)") || !slices.Contains(got, "AbortComm") {
+				t.Fatalf("%v, want seqs 4 and 5 failed and the communicator aborted at once", got)
+			}
+		})
+	}
+}
