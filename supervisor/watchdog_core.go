@@ -488,7 +488,7 @@ func (c *WatchdogCore) Completed(id WorkID, err error) []Action {
 			return nil
 		}
 		g.deferred = nil
-		return append(c.failGroupWorks(g.spec.Name, d.cause), c.incident(g, d.cause, d.reason, d.remote)...)
+		return append(c.failGroupWorks(g.spec.Name, d.cause), c.incident(g, d.cause, d.reason, d.remote, d.seq)...)
 	}
 	if err == nil {
 		return nil
@@ -499,7 +499,7 @@ func (c *WatchdogCore) Completed(id WorkID, err error) []Action {
 	if g.aborted || !(errors.Is(err, comm.ErrTransport) || errors.Is(err, comm.ErrMismatch) || errors.Is(err, comm.ErrEngine)) {
 		return nil
 	}
-	return c.incident(g, err, fmt.Sprintf("rank %d: %v failed: %v", c.cfg.Rank, w.fp, err), false)
+	return c.incident(g, err, fmt.Sprintf("rank %d: %v failed: %v", c.cfg.Rank, w.fp, err), false, w.fp.Seq)
 }
 
 // newWork takes a recycled wdWork, or a new one.
@@ -645,7 +645,7 @@ func (c *WatchdogCore) tick(now time.Time) []Action {
 		terr := c.timeoutError(g, w, now)
 		c.drop(g, w)
 		acts = append(acts, ActFailWork{ID: w.id, Err: terr})
-		acts = append(acts, c.incident(g, terr, terr.Error(), false)...)
+		acts = append(acts, c.incident(g, terr, terr.Error(), false, w.fp.Seq)...)
 	}
 	if c.tornDown {
 		return acts
@@ -734,8 +734,11 @@ func (c *WatchdogCore) remoteAbort(commID string, rec AbortRecord) []Action {
 // them (docs/semantics.md, "An abort is final"). Works launched meanwhile
 // from seq on fail at once (Scheduled).
 func (c *WatchdogCore) abortAt(g *wdGroup, cause error, seq uint64, reason string, remote bool) []Action {
-	if seq == 0 || !c.liveBefore(g, seq) {
-		return append(c.failGroupWorks(g.spec.Name, cause), c.incident(g, cause, reason, remote)...)
+	if seq == 0 {
+		seq = c.failingSeq(g)
+	}
+	if !c.liveBefore(g, seq) {
+		return append(c.failGroupWorks(g.spec.Name, cause), c.incident(g, cause, reason, remote, seq)...)
 	}
 	if g.deferred == nil {
 		g.deferred = &deferredAbort{cause: cause, reason: reason, seq: seq, remote: remote}
@@ -748,6 +751,21 @@ func (c *WatchdogCore) abortAt(g *wdGroup, cause error, seq uint64, reason strin
 		}
 	}
 	return acts
+}
+
+// failingSeq is the first collective seq of g that a failure naming none
+// concerns (a user's abort): g's oldest collective Work in flight, which
+// it fails, else the next one g launches. The collectives g completed
+// succeeded here and must not fail on the peers for its sake (the CPU
+// engine's failingSeq, for its own notices).
+func (c *WatchdogCore) failingSeq(g *wdGroup) uint64 {
+	seq := g.local.Launched + 1
+	for _, w := range g.due {
+		if !w.done && !w.fp.Op.IsP2P() && w.fp.Seq < seq {
+			seq = w.fp.Seq
+		}
+	}
+	return seq
 }
 
 // failsAt reports whether an abort that started at collective seq fails
@@ -767,8 +785,10 @@ func (c *WatchdogCore) liveBefore(g *wdGroup, seq uint64) bool {
 }
 
 // incident applies the error-handling mode after cause broke group g.
-// remote says the abort came from a peer (nothing to announce).
-func (c *WatchdogCore) incident(g *wdGroup, cause error, reason string, remote bool) []Action {
+// remote says the abort came from a peer (nothing to announce); seq is
+// the collective seq where it started when cause names none
+// (comm.Blame), for the abort record.
+func (c *WatchdogCore) incident(g *wdGroup, cause error, reason string, remote bool, seq uint64) []Action {
 	mode := c.cfg.Mode
 	g.deferred = nil // this incident is the one that counts now
 	var acts []Action
@@ -784,7 +804,10 @@ func (c *WatchdogCore) incident(g *wdGroup, cause error, reason string, remote b
 			g.published = g.local
 			acts = append(acts, ActPublishProgress{CommID: g.spec.CommID, Progress: g.local})
 		}
-		origin, seq := comm.Blame(cause, c.cfg.Rank, g.spec.Members)
+		origin, blamed := comm.Blame(cause, c.cfg.Rank, g.spec.Members)
+		if blamed != 0 {
+			seq = blamed
+		}
 		rec := AbortRecord{Rank: c.cfg.Rank, Group: g.spec.Name, Epoch: g.spec.Epoch, Reason: cause.Error(), Origin: &origin, Seq: seq}
 		var ra *comm.RemoteAbortError
 		if errors.As(cause, &ra) {

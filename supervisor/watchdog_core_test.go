@@ -529,3 +529,26 @@ func TestWatchdogAbortSparesEarlierWorks(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchdogAbortRecordSeq: an incident whose cause names no seq (an
+// AbortedError: a user's abort) writes the abort record at the first
+// collective seq it fails: the oldest Work in flight, or, with none, the
+// next seq, not 0 (which would tell the peers to fail every op they
+// still run, including those this rank completed).
+func TestWatchdogAbortRecordSeq(t *testing.T) {
+	for _, c := range []struct {
+		done, launched, want uint64
+	}{{3, 3, 4}, {3, 5, 4}} {
+		core := coreWith(0, CleanupOnly, c.done, c.launched)
+		acts := core.Step(EvAsyncError{Group: "default_pg", Err: &comm.AbortedError{Group: "default_pg", Reason: errors.New("user abort")}})
+		var rec *AbortRecord
+		for _, a := range acts {
+			if w, ok := a.(ActWriteAbort); ok {
+				rec = &w.Record
+			}
+		}
+		if rec == nil || rec.Seq != c.want {
+			t.Fatalf("seqs 1..%d completed, up to %d launched: record %+v (actions %v), want seq %d", c.done, c.launched, rec, kinds(acts), c.want)
+		}
+	}
+}
