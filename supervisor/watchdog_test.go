@@ -461,10 +461,15 @@ func TestWatchdogStopPublishesPendingWorkEvents(t *testing.T) {
 	wd.Start(newSystem(), nil)
 	wd.Register(GroupSpec{Name: "g", Members: []int{0}}, nil, nil)
 	done, open := comm.NewPromise(comm.OpAllReduce), comm.NewPromise(comm.OpAllReduce)
-	wd.Track("g", fpAt(1), 0, done)
-	wd.Track("g", fpAt(2), 0, open)
+	// Work 1 completes before the watchdog is told of it, so that it is
+	// finished when the watchdog first sees it whatever the scheduling
+	// (completing it after Track raced with the watchdog's goroutine, and
+	// under load the events came in launch order: 1 and 2 scheduled, then
+	// 1 started and completed).
 	done.MarkStarted()
 	done.Complete(nil)
+	wd.Track("g", fpAt(1), 0, done)
+	wd.Track("g", fpAt(2), 0, open)
 	if err := wd.Stop(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
