@@ -732,7 +732,9 @@ func (c *WatchdogCore) remoteAbort(commID string, rec AbortRecord) []Action {
 // they run on and complete here as they did there, instead of failing on
 // this rank alone because the watchdog aborted the communicator under
 // them (docs/semantics.md, "An abort is final"). Works launched meanwhile
-// from seq on fail at once (Scheduled).
+// from seq on fail at once (Scheduled). An earlier Work that cannot
+// complete (it waits on a third rank that hangs) ends at its own deadline
+// (tick), with a TimeoutError naming the ranks that never reached it.
 func (c *WatchdogCore) abortAt(g *wdGroup, cause error, seq uint64, reason string, remote bool) []Action {
 	if seq == 0 {
 		seq = c.failingSeq(g)
