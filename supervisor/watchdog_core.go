@@ -745,14 +745,7 @@ func (c *WatchdogCore) abortAt(g *wdGroup, cause error, seq uint64, reason strin
 	if g.deferred == nil {
 		g.deferred = &deferredAbort{cause: cause, reason: reason, seq: seq, remote: remote}
 	}
-	var acts []Action
-	for _, w := range c.sortedLive(g) {
-		if failsAt(w.fp, g.deferred.seq) {
-			c.drop(g, w)
-			acts = append(acts, ActFailWork{ID: w.id, Err: g.deferred.cause})
-		}
-	}
-	return acts
+	return c.failWorksFrom(g, g.deferred.cause, g.deferred.seq)
 }
 
 // failingSeq is the first collective seq of g that a failure naming none
@@ -831,11 +824,19 @@ func (c *WatchdogCore) failGroupWorks(group string, err error) []Action {
 	if g == nil {
 		return nil
 	}
-	live := c.sortedLive(g)
-	acts := make([]Action, 0, len(live))
-	for _, w := range live {
-		c.drop(g, w)
-		acts = append(acts, ActFailWork{ID: w.id, Err: err})
+	return c.failWorksFrom(g, err, 0)
+}
+
+// failWorksFrom fails g's Works in flight that an abort starting at
+// collective seq concerns (failsAt; seq 0: every one) with err, in id
+// order.
+func (c *WatchdogCore) failWorksFrom(g *wdGroup, err error, seq uint64) []Action {
+	var acts []Action
+	for _, w := range c.sortedLive(g) {
+		if failsAt(w.fp, seq) {
+			c.drop(g, w)
+			acts = append(acts, ActFailWork{ID: w.id, Err: err})
+		}
 	}
 	return acts
 }

@@ -199,14 +199,14 @@ func (m *Mesh) spinTight(w *atomic.Uint64, target uint64) bool {
 // (runtime.Gosched), reads the clock and polls every pair link between
 // two yields; with more ranks than CPUs an op waits there once per op
 // for a peer that shares its CPU, and those calls lengthened every such
-// op. On the 2-core VM,
-// 2026-11-27, 5000 ops a size, 5–6 rounds interleaved with the build
-// before, mean µs per op (median over rounds), before → after: broadcast
-// at 3 ranks 4 B 9.18 → 6.64, 4 KiB 9.07 → 7.62; at 4 ranks 4 B 10.31 →
-// 8.04, 4 KiB 12.69 → 9.93; allreduce at 4 ranks 4 B 11.32 → 8.65. In
-// an earlier run 16 yields were no better than 4, and a clock reading
-// after each yield, to bound the loop's time as well, cost 0.5–1 µs of
-// the gain, so the count alone bounds it.
+// op. On the 2-core VM, 2026-11-27, 5000 ops a size, 5–6 rounds
+// interleaved with the build before, mean µs per op (median over
+// rounds), before → after: broadcast at 3 ranks 4 B 9.18 → 6.64, 4 KiB
+// 9.07 → 7.62; at 4 ranks 4 B 10.31 → 8.04, 4 KiB 12.69 → 9.93;
+// allreduce at 4 ranks 4 B 11.32 → 8.65. In an earlier run 16 yields
+// were no better than 4, and a clock reading after each yield, to bound
+// the loop's time as well, cost 0.5–1 µs of the gain, so the count alone
+// bounds it.
 const tightYields = 4
 
 // yieldTight is spinTight's counterpart for a rank that may not spin but
