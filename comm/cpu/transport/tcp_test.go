@@ -257,7 +257,12 @@ func TestTCPLinkPollReadsSocket(t *testing.T) {
 	c := NewCtl()
 	l, w := tcpTestLink(t, c, nil)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	runtime.Gosched() // the reader goroutine parks in the network poller
+	// The reader goroutine parks in the network poller. A Gosched alone
+	// sometimes left it short of its blocking read, holding the link's
+	// lock that poll's direct read tries (message 0 then failed: 3 in
+	// 6,000 runs, at 832f142 too); a sleep hands it the P until it blocks.
+	runtime.Gosched()
+	time.Sleep(time.Millisecond)
 	for i := range 20 {
 		m := wireMsg{h: Header{Kind: kindColl, Sender: 1, FP: comm.Fingerprint{Seq: uint64(i + 1), Op: comm.OpAllReduce}, Len: 8}, payload: []byte("8 bytes!")}
 		if _, err := w.Write(m.bytes()); err != nil {
