@@ -88,9 +88,8 @@ type ShmLink struct {
 	werr error     // the peer died while we had sends queued
 	// copiers choose how pieces are copied into tx (progress goroutine
 	// only): [0] for sends, whose payload comes from memory, [1] for
-	// forwards (mesh_forward.go), whose payload is still in cache; [2]
-	// and [3] for the same of short messages (streamMsgMin).
-	copiers [4]slotCopier
+	// forwards (mesh_forward.go), whose payload is still in cache.
+	copiers [2]slotCopier
 
 	// grp is the group segment, or nil: with it the peer sleeps on its
 	// bell there, and nudge rings it instead of writing to the control
@@ -294,17 +293,16 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 		// picks how to store them, streaming those of short messages
 		// only when cached stores are much slower (streamMsgMin).
 		way := -1
-		k := 0
+		cp := &s.copiers[0]
 		if j.fwd {
-			k = 1
+			cp = &s.copiers[1]
 		}
-		short := len(j.payload) <= streamMsgMin
-		if short {
-			k += 2
-		}
-		cp := &s.copiers[k]
 		if payloadIn(j, n) >= streamMin {
-			way = cp.choose(short, copierNow())
+			margin := streamingMargin
+			if len(j.payload) <= streamMsgMin {
+				margin = smallStreamingMargin
+			}
+			way = cp.choose(margin)
 		}
 		dst := r.data[at : at+n]
 		// Copy the part of [pos, pos+n) that is header, then payload;
