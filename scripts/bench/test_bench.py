@@ -397,7 +397,7 @@ class SummarizeTest(unittest.TestCase):
         x = g["allreduce, 2 ranks, shm: mean <= Open MPI's at every size"]
         self.assertEqual((x["value"], x["met"]), ("1 of 2 sizes; worst 2.00x at 4 B", False))
         x = g["stable: median of the rounds <= 1.5x the best, every size (allreduce, 2 ranks, shm)"]
-        self.assertEqual((x["value"], x["met"]), ("worst 1.02x at 64 MiB (3 rounds)", True))
+        self.assertEqual((x["value"], x["met"]), ("worst 1.02x at 64 MiB (3 rounds); Open MPI's own worst 1.00x at 4 B", True))
         x = g["tcp: 4 B allreduce mean <= 20 us (2 ranks)"]
         self.assertEqual((x["value"], x["met"]), ("16.0 us", True))
         x = g["64 MiB allreduce algbw >= 6.5x Gloo (2 ranks, shm)"]
