@@ -106,7 +106,7 @@ func (m *Mesh) wakePeers() {
 // shm_group.go. Meanwhile it watches for what would make the wait endless:
 // the engine stopped, a recorded failure (a peer's notice), a dead peer,
 // and a peer that sent a message of a message-based op at or before this
-// op's seq (it launched something else: a mismatch, checkPeerMsgs).
+// op's seq (it launched something else: a mismatch, peerMsg).
 func (m *Mesh) flatWait(w *atomic.Uint64, target uint64) error {
 	if m.reached(w, target) || m.spinTight(w, target) || m.yieldTight(w, target) {
 		return nil
@@ -125,9 +125,23 @@ func (m *Mesh) flatWait(w *atomic.Uint64, target uint64) error {
 			b.reset()
 			return err
 		}
-		if err := m.checkPeerMsgs(); err != nil {
+		q, h, stray, err := m.peerMsg()
+		if err != nil {
 			b.reset()
 			return m.unlessReached(w, target, err)
+		}
+		if stray {
+			b.reset()
+			// A peer that published what this wait needs and then went
+			// on to a message-based part of the same op (the fallback of
+			// a failed single copy, allgather_cma.go) sent that message
+			// after its slot: it is no mismatch. Checked before Mismatch,
+			// which records the failure and tells every peer.
+			if m.reached(w, target) {
+				return nil
+			}
+			return m.Mismatch(q, h, fmt.Sprintf("rank %d sent a message (%s) where rank %d expected a shared-memory slot",
+				q, stepName(int(h.Step)), m.rank))
 		}
 		if err := b.pause(m.ctl); err != nil {
 			b.reset()
@@ -239,43 +253,47 @@ func (m *Mesh) reached(w *atomic.Uint64, target uint64) bool {
 	return w.Load() >= target
 }
 
-// checkPeerMsgs polls every link while a one-step op waits. A message of
-// a collective at or before the current seq means that its sender runs a
-// message-based op where this rank runs a one-step one: the ranks
-// launched different ops (the choice between the two is a function of the
-// fingerprint alone), so it is a mismatch. A message of a later seq is
-// left for the op it belongs to (its sender finished this op already); a
-// point-to-point message is stashed for its Recv, as recvColl does.
-func (m *Mesh) checkPeerMsgs() error {
+// peerMsg polls every link while a one-step op waits, and returns the
+// first peer q whose next message h is a collective's at or before the
+// current seq (stray). Unless q has published what the wait needs (then
+// the message belongs to a later, message-based part of the same op:
+// flatWait), its sender runs a message-based op where this rank runs a
+// one-step one: the ranks launched different ops (the choice between the
+// two is a function of the fingerprint alone), a mismatch. A message of a
+// later seq is left for the op it belongs to (its sender finished this
+// op already); a point-to-point message is stashed for its Recv, as
+// recvColl does.
+func (m *Mesh) peerMsg() (q int, h Header, stray bool, err error) {
 	for q, l := range m.links {
 		if l == nil {
 			continue
 		}
 		h, ok, err := l.poll()
 		if err != nil {
-			return m.transportErr(q, err)
+			return q, Header{}, false, m.transportErr(q, err)
 		}
 		if !ok {
 			continue
 		}
 		if h.Kind == kindP2P {
 			if err := m.stashMsg(q, h); err != nil {
-				return err
+				return q, Header{}, false, err
 			}
 			continue
 		}
 		if h.Kind == kindColl && h.FP.Seq <= m.Cur.FP.Seq {
-			return m.Mismatch(q, h, fmt.Sprintf("rank %d sent a message (%s) where rank %d expected a shared-memory slot",
-				q, stepName(int(h.Step)), m.rank))
+			return q, h, true, nil
 		}
 	}
-	return nil
+	return 0, Header{}, false, nil
 }
 
-// checkPeerSlots is recvColl's counterpart of checkPeerMsgs: while a
+// checkPeerSlots is recvColl's counterpart of peerMsg: while a
 // message-based op waits, a peer that published a slot of a one-step op
 // this rank has not run, at or before the current seq, launched something
-// else (a mismatch).
+// else (a mismatch). Unlike peerMsg's, this check has no exception for a
+// peer that sent what the wait needs and then went on to a one-step part
+// of the same op: no op moves from messages to slots within one seq.
 func (m *Mesh) checkPeerSlots() error {
 	g := m.Grp
 	for q := range g.size {

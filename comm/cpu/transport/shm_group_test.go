@@ -608,3 +608,42 @@ func TestFlatWaitDataBeforeFailure(t *testing.T) {
 		t.Fatalf("peer gone without publishing: %v, want the RemoteAbortError of rank 1's close", err)
 	}
 }
+
+// msgLink is a pair link whose poll first runs before (the peer acting
+// inside the wait's window), then shows h as its next message.
+type msgLink struct {
+	goneLink
+	h Header
+}
+
+func (l msgLink) poll() (Header, bool, error) {
+	if l.before != nil {
+		l.before()
+	}
+	return l.h, true, nil
+}
+
+// TestFlatWaitMessageAfterSlot: a one-step op's wait that finds a message
+// of the same op from a peer that published what the wait needs before
+// sending it (the ring fallback of a failed single copy, which the peer
+// reached first) completes, and records no mismatch: once Mismatch ran,
+// the failure was recorded and every peer told, so both ranks failed an
+// op both could finish (TestAllGatherCMAFallback failed so under -race
+// and load, 2026-11-27). A message from a peer that did not publish is a
+// mismatch, recorded once.
+func TestFlatWaitMessageAfterSlot(t *testing.T) {
+	m, g0, peer := tightMesh(t)
+	g0.Spin, g0.Yield = 0, 0 // straight to the loop
+	var mismatches int
+	mismatch := errors.New("mismatch")
+	m.Mismatch = func(int, Header, string) error { mismatches++; return mismatch }
+	ring := Header{Kind: kindColl, Sender: 1, FP: m.Cur.FP, Step: 0, Len: 16}
+	m.links[1] = msgLink{goneLink{before: func() { peer.Store(2) }}, ring}
+	if err := m.flatWait(peer, 2); err != nil || mismatches != 0 {
+		t.Fatalf("peer published, then sent a message of the same op: %v, %d mismatches recorded; want nil, 0", err, mismatches)
+	}
+	m.links[1] = msgLink{h: ring}
+	if err := m.flatWait(peer, 3); !errors.Is(err, mismatch) || mismatches != 1 {
+		t.Fatalf("peer sent a message without publishing: %v, %d mismatches recorded; want the mismatch, once", err, mismatches)
+	}
+}
