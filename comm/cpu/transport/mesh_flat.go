@@ -263,7 +263,7 @@ func (m *Mesh) reached(w *atomic.Uint64, target uint64) bool {
 // later seq is left for the op it belongs to (its sender finished this
 // op already); a point-to-point message is stashed for its Recv, as
 // recvColl does.
-func (m *Mesh) peerMsg() (q int, h Header, stray bool, err error) {
+func (m *Mesh) peerMsg() (int, Header, bool, error) {
 	for q, l := range m.links {
 		if l == nil {
 			continue
