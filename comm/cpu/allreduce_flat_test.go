@@ -26,7 +26,9 @@ func flatOps(g *group, r int) uint64 {
 // FlatThreshold (0, 1, just below, at, just above) × every dtype and op,
 // against the closed form, with bit-identical results on every rank.
 // Over shm and inmem the counts up to the threshold take the one-step
-// algorithm (and nothing else does); tcp groups have no group segment.
+// algorithm, and just above it 3 or 4 ranks take the slots (one round of
+// two exchanges, allreduce_slots.go), 2 ranks recursive doubling; tcp
+// groups have no group segment.
 func TestAllReduceFlatMatrix(t *testing.T) {
 	const thr = 256
 	for _, tr := range testTransports {
@@ -46,6 +48,8 @@ func TestAllReduceFlatMatrix(t *testing.T) {
 							want := uint64(0)
 							if g.engines[0].grp != nil && count*dt.Size() <= thr {
 								want = 1
+							} else if g.engines[0].grp != nil && n > 2 {
+								want = 2
 							}
 							if flat != want {
 								t.Fatalf("%v %v count %d: %d one-step ops, want %d", dt, red, count, flat, want)
@@ -58,15 +62,21 @@ func TestAllReduceFlatMatrix(t *testing.T) {
 	}
 }
 
-// TestAllReduceFlatSequence runs many allreduces back to back, flat and
-// not interleaved, with values that change every op: the double-buffered
-// slots must never hand a rank the previous or next op's data.
+// TestAllReduceFlatSequence runs many allreduces back to back, one-step
+// and not interleaved (among 3 or 4 ranks: in two rounds through the
+// slots, allreduce_slots.go), with values that change every op: the
+// double-buffered slots must never hand a rank the previous or next op's
+// data.
 func TestAllReduceFlatSequence(t *testing.T) {
 	for _, tr := range []string{TransportSHM, TransportInmem} {
 		for _, n := range []int{2, 3, 4} {
 			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
-				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: 1 << 10})
+				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: 1 << 10, SlotBytes: 1 << 10})
 				counts := []int{1, 128, 129, 3, 17, 200}
+				want := uint64(40) // one-step exchanges: 40 ops of at most 1 KiB
+				if n > 2 {
+					want += 20 * 4 // 20 ops of 2 rounds of 1 KiB, 2 exchanges each
+				}
 				for it := range 60 {
 					count := counts[it%len(counts)]
 					bufs := make([]comm.Buffer, n)
@@ -88,8 +98,8 @@ func TestAllReduceFlatSequence(t *testing.T) {
 						}
 					}
 				}
-				if k := flatOps(g, 0); k != 40 {
-					t.Fatalf("%d one-step ops, want 40", k)
+				if k := flatOps(g, 0); k != want {
+					t.Fatalf("%d one-step exchanges, want %d", k, want)
 				}
 			})
 		}
@@ -119,12 +129,17 @@ func TestFlatMismatch(t *testing.T) {
 		nOnly int
 	}{
 		{name: "count-flat-flat", a: ar(comm.Float32, 16, comm.Sum), b: ar(comm.Float32, 17, comm.Sum)},
-		{name: "count-flat-recdoubling", a: ar(comm.Float32, 16, comm.Sum), b: ar(comm.Float32, 4096, comm.Sum)},
+		// 16 KiB: recursive doubling with 2 ranks, the slots with more.
+		{name: "count-flat-larger", a: ar(comm.Float32, 16, comm.Sum), b: ar(comm.Float32, 4096, comm.Sum)},
+		{name: "count-slots-slots", a: ar(comm.Float32, 4096, comm.Sum), b: ar(comm.Float32, 4097, comm.Sum)},
+		// 10 MB: the ring, against the slots (or recursive doubling).
+		{name: "count-slots-ring", a: ar(comm.Float32, 4096, comm.Sum), b: ar(comm.Float32, 2_500_000, comm.Sum)},
 		{name: "dtype", a: ar(comm.Float32, 16, comm.Sum), b: ar(comm.Int32, 16, comm.Sum)},
 		{name: "redop", a: ar(comm.Float32, 16, comm.Sum), b: ar(comm.Float32, 16, comm.Max)},
 		{name: "seq", a: ar(comm.Float32, 16, comm.Sum), b: side{comm.OpAllReduce, comm.Float32, 16, comm.Sum, 6}},
 		{name: "broadcast", a: ar(comm.Float32, 16, comm.Sum), b: side{comm.OpBroadcast, comm.Float32, 16, comm.ReduceOp{}, 5}},
-		{name: "last-rank-recdoubling", a: ar(comm.Float32, 16, comm.Sum), b: ar(comm.Float32, 4096, comm.Sum), odd: true},
+		{name: "last-rank-larger", a: ar(comm.Float32, 16, comm.Sum), b: ar(comm.Float32, 4096, comm.Sum), odd: true},
+		{name: "last-rank-slots-redop", a: ar(comm.Float32, 4096, comm.Sum), b: ar(comm.Float32, 4096, comm.Max), odd: true},
 	}
 	for _, tr := range []string{TransportSHM, TransportInmem} {
 		for _, n := range []int{2, 3, 4} {
@@ -153,6 +168,48 @@ func TestFlatMismatch(t *testing.T) {
 					expectMismatch(t, works, start)
 				})
 			}
+		}
+	}
+}
+
+// TestAllReduceSlotsRounds: allreduces above FlatThreshold among 3 and 4
+// ranks go through the slots in rounds of SlotBytes (allreduce_slots.go):
+// every dtype and reduce op, counts of one round, of several with a
+// short last round, and blocks that do not split evenly, against the
+// closed form, with bit-identical results on every rank and the number
+// of exchanges the rounds take (two per round); just above
+// slotAllReduceMax the ring takes over (no exchange through the slots).
+func TestAllReduceSlotsRounds(t *testing.T) {
+	const thr, slot = 256, 512
+	for _, tr := range []string{TransportSHM, TransportInmem} {
+		for _, n := range []int{3, 4} {
+			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
+				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: thr, SlotBytes: slot})
+				if g.engines[0].grp == nil {
+					t.Fatal("no group segment")
+				}
+				for _, dt := range comm.AllDTypes {
+					piece := slot - slot%dt.Size()
+					at := thr / dt.Size()
+					for _, count := range []int{at + 1, 2*piece/dt.Size() + 1, 3*piece/dt.Size() + n + 2} {
+						for _, red := range opsFor(dt) {
+							before := flatOps(g, 0)
+							checkAllReduce(t, g, dt, red, count)
+							nbytes := count * dt.Size()
+							want := uint64(2 * ((nbytes + piece - 1) / piece))
+							if got := flatOps(g, 0) - before; got != want {
+								t.Fatalf("%v %v count %d (%d bytes): %d exchanges through the slots, want %d", dt, red, count, nbytes, got, want)
+							}
+						}
+					}
+				}
+				count := slotAllReduceMax(n)/4 + 1
+				before := flatOps(g, 0)
+				checkAllReduce(t, g, comm.Float32, comm.Sum, count)
+				if got := flatOps(g, 0) - before; got != 0 {
+					t.Fatalf("float32 count %d (above slotAllReduceMax): %d exchanges through the slots, want 0 (the ring)", count, got)
+				}
+			})
 		}
 	}
 }

@@ -59,7 +59,10 @@ type Options struct {
 	Hub *InmemHub
 	// RingThreshold is the size in bytes from which the ring algorithms
 	// are used instead of the latency-optimal ones (default 256 KiB): the
-	// allreduce buffer (below it: recursive doubling), the gathered total
+	// allreduce buffer (below it: recursive doubling; among 3 or more
+	// ranks on this host over shm the slots take the allreduces above
+	// FlatThreshold up to 1 MiB with 3 ranks, 8 MiB with more, see
+	// SlotBytes), the gathered total
 	// of an allgather (below a sixteenth of it: Bruck's), the broadcast buffer (from it,
 	// with more than two ranks: scatter then ring allgather). All ranks
 	// must use the same value.
@@ -76,10 +79,14 @@ type Options struct {
 	FlatThreshold int
 	// SlotBytes is the size in bytes of each of a rank's two slots in the
 	// group segment (the segment takes 2·SlotBytes + 4 KiB per rank). A
-	// one-step op moves at most FlatThreshold bytes through them; a
-	// broadcast of at least 512 KiB among 3 ranks, 256 KiB among 4 or
-	// more, goes through them in rounds of SlotBytes (broadcastSlots,
-	// broadcast_flat.go).
+	// one-step op moves at most FlatThreshold bytes through them. Among 3
+	// or more ranks larger ops go through them in rounds: a broadcast of
+	// at least 512 KiB among 3 ranks, 256 KiB among 4 or more, in rounds
+	// of SlotBytes (broadcastSlots, broadcast_flat.go); an allgather of
+	// up to 64 MiB gathered (allgather_flat.go); an allreduce above
+	// FlatThreshold, up to 1 MiB among 3 ranks and 8 MiB among 4 or
+	// more, in rounds of SlotBytes of two exchanges each
+	// (allreduce_slots.go).
 	// Default (0): FlatThreshold for 2 ranks, max(FlatThreshold, 1 MiB)
 	// for 3 or more (slotDefault); raised to FlatThreshold when smaller,
 	// at most 16 MiB, rounded up to 64 bytes; unused when the flat
