@@ -178,7 +178,7 @@ func TestFlatMismatch(t *testing.T) {
 // short last round, and blocks that do not split evenly, against the
 // closed form, with bit-identical results on every rank and the number
 // of exchanges the rounds take (two per round); just above
-// slotAllReduceMax the ring takes over (no exchange through the slots).
+// SlotAllReduceMax the ring takes over (no exchange through the slots).
 func TestAllReduceSlotsRounds(t *testing.T) {
 	const thr, slot = 256, 512
 	for _, tr := range []string{TransportSHM, TransportInmem} {
@@ -203,14 +203,21 @@ func TestAllReduceSlotsRounds(t *testing.T) {
 						}
 					}
 				}
-				count := slotAllReduceMax(n)/4 + 1
+				count := slotAllReduceDefault(n)/4 + 1
 				before := flatOps(g, 0)
 				checkAllReduce(t, g, comm.Float32, comm.Sum, count)
 				if got := flatOps(g, 0) - before; got != 0 {
-					t.Fatalf("float32 count %d (above slotAllReduceMax): %d exchanges through the slots, want 0 (the ring)", count, got)
+					t.Fatalf("float32 count %d (above SlotAllReduceMax): %d exchanges through the slots, want 0 (the ring)", count, got)
 				}
 			})
 		}
+	}
+	// SlotAllReduceMax < 0: no allreduce above FlatThreshold takes the slots.
+	g := newGroup(t, 3, Options{Transport: TransportSHM, FlatThreshold: thr, SlotBytes: slot, SlotAllReduceMax: -1})
+	before := flatOps(g, 0)
+	checkAllReduce(t, g, comm.Float32, comm.Sum, 1000)
+	if got := flatOps(g, 0) - before; got != 0 {
+		t.Fatalf("SlotAllReduceMax -1: %d exchanges through the slots, want 0", got)
 	}
 }
 

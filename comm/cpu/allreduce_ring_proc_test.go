@@ -16,7 +16,8 @@ import (
 const envRingProc = "RANKTREE_CPU_RINGPROC" // "mode,rank,size,transport,dir" in a rank process
 
 // ringProcCounts are the float32 counts of the multi-process ring test:
-// just above RingThreshold (256 KiB) with an odd count, blocks that are
+// just above RingThreshold (256 KiB) with an odd count (with 3 ranks it
+// goes through the slots' rounds instead, allreduce_slots.go), blocks that are
 // not a whole number of chunks, a count whose blocks differ by one
 // element, and one above ringStreamOutMin (non-temporal stores) and
 // ringChunkMin 1 MiB chunks (the smaller ones are cut into chunks only

@@ -21,7 +21,7 @@ func TestAllReduceRingChunkedDTypes(t *testing.T) {
 		n  int
 	}{{TransportSHM, 3}, {TransportInmem, 2}} {
 		t.Run(fmt.Sprintf("%s/n=%d", c.tr, c.n), func(t *testing.T) {
-			g := newGroup(t, c.n, Options{Transport: c.tr, RingThreshold: 64, ShmRingBytes: 4096})
+			g := newGroup(t, c.n, Options{Transport: c.tr, RingThreshold: 64, ShmRingBytes: 4096, SlotAllReduceMax: -1})
 			if k := g.engines[0].ringOptions(16 << 10).chunk; k != 1024 {
 				t.Fatalf("chunk %d, want 1024", k)
 			}

@@ -70,11 +70,14 @@ func opsFor(dt comm.DType) []comm.ReduceOp {
 
 // TestAllReduceMatrix: transport × world size 1..4 × count (0, 1, odd,
 // above the ring threshold) × every dtype and op, against the closed form.
+// The slots' rounds are off (SlotAllReduceMax -1), so that 3 and 4 ranks
+// over shm and inmem run the ring too (TestAllReduceSlotsRounds covers
+// the rounds).
 func TestAllReduceMatrix(t *testing.T) {
 	for _, tr := range testTransports {
 		for n := 1; n <= 4; n++ {
 			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
-				g := newGroup(t, n, Options{Transport: tr, RingThreshold: 64})
+				g := newGroup(t, n, Options{Transport: tr, RingThreshold: 64, SlotAllReduceMax: -1})
 				for _, count := range []int{0, 1, 7, 1001} {
 					for _, dt := range comm.AllDTypes {
 						for _, red := range opsFor(dt) {
@@ -113,8 +116,9 @@ func checkAllReduce(t *testing.T, g *group, dt comm.DType, red comm.ReduceOp, co
 }
 
 // TestAllReduceLarge runs the default algorithm selection (ring above
-// 256 KiB) on large odd float32 buffers through small shm rings, so that
-// messages wrap the ring many times.
+// 256 KiB; at 3 ranks over shm and inmem the slots' rounds up to 1 MiB,
+// so the smaller count goes through them) on large odd float32 buffers
+// through small shm rings, so that messages wrap the ring many times.
 func TestAllReduceLarge(t *testing.T) {
 	for _, tr := range testTransports {
 		for _, n := range []int{2, 3} {

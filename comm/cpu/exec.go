@@ -294,32 +294,11 @@ func (e *Engine) useFlat(nbytes int) bool {
 // useSlotAllReduce selects the slots in rounds of Options.SlotBytes
 // (allreduceSlots) for an allreduce of nbytes among three or more ranks
 // on this host that the one-step allreduce (useFlat, checked first) does
-// not take, up to slotAllReduceMax. Every input is the same on every
-// rank that launched the same op, so all choose alike.
+// not take, up to Options.SlotAllReduceMax. Every input is the same on
+// every rank that launched the same op, so all choose alike.
 func (e *Engine) useSlotAllReduce(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && e.mesh.Size() > 2 && e.opts.FlatThreshold > 0 &&
-		nbytes <= slotAllReduceMax(e.mesh.Size())
-}
-
-// slotAllReduceMax is the largest allreduce, in bytes, that goes through
-// the slots in rounds among n ranks (useSlotAllReduce); larger ones take
-// the ring. Measured on the 2-core VM, 2026-11-27, two sets of 3 rounds
-// interleaved, mean µs (median over rounds), slots (1 MiB rounds) against
-// the build before (recursive doubling up to 256 KiB, the ring above):
-// 4 ranks 256 KiB 79 / 142, 512 KiB 138 / 259, 1 MiB 343 / 552, 2 MiB
-// 720 / 767 and 1039 / 1352, 4 MiB 1678 / 2267 and 2122 / 2272, 8 MiB
-// 4494 / 4423 and 4487 / 5248, 16 MiB 8723 / 9336 and 9346 / 9116;
-// 3 ranks 256 KiB 75 / 148, 512 KiB 134 / 211, 1 MiB 337 / 415, 2 MiB
-// 708 / 605 and 639 / 780, 4 MiB 1360 / 1441 and 1507 / 1357. So four
-// ranks (two per core) take the slots up to 8 MiB, three (where the
-// ring was already below Open MPI's time) up to 1 MiB, where they won
-// in every round. More than 4 ranks were not measured (the machine has 2
-// cores) and take 4 ranks' limit.
-func slotAllReduceMax(n int) int {
-	if n == 3 {
-		return 1 << 20
-	}
-	return 8 << 20
+		nbytes <= e.opts.SlotAllReduceMax
 }
 
 // useSlotBroadcast selects the slots, in rounds of Options.SlotBytes,

@@ -61,8 +61,7 @@ type Options struct {
 	// are used instead of the latency-optimal ones (default 256 KiB): the
 	// allreduce buffer (below it: recursive doubling; among 3 or more
 	// ranks on this host over shm the slots take the allreduces above
-	// FlatThreshold up to 1 MiB with 3 ranks, 8 MiB with more, see
-	// SlotBytes), the gathered total
+	// FlatThreshold up to SlotAllReduceMax first), the gathered total
 	// of an allgather (below a sixteenth of it: Bruck's), the broadcast buffer (from it,
 	// with more than two ranks: scatter then ring allgather). All ranks
 	// must use the same value.
@@ -84,9 +83,8 @@ type Options struct {
 	// at least 512 KiB among 3 ranks, 256 KiB among 4 or more, in rounds
 	// of SlotBytes (broadcastSlots, broadcast_flat.go); an allgather of
 	// up to 64 MiB gathered (allgather_flat.go); an allreduce above
-	// FlatThreshold, up to 1 MiB among 3 ranks and 8 MiB among 4 or
-	// more, in rounds of SlotBytes of two exchanges each
-	// (allreduce_slots.go).
+	// FlatThreshold up to SlotAllReduceMax, in rounds of SlotBytes of
+	// two exchanges each (allreduce_slots.go).
 	// Default (0): FlatThreshold for 2 ranks, max(FlatThreshold, 1 MiB)
 	// for 3 or more (slotDefault); raised to FlatThreshold when smaller,
 	// at most 16 MiB, rounded up to 64 bytes; unused when the flat
@@ -107,6 +105,17 @@ type Options struct {
 	// group stops using CMA, with a warning in the log. All ranks must
 	// use the same value. Under rankrunner: RANKTREE_SINGLE_COPY_MIN.
 	SingleCopyMin int
+	// SlotAllReduceMax is the largest allreduce, in bytes, that a group
+	// of three or more ranks with a group segment (every rank on this
+	// host over shm) moves through the slots in rounds of SlotBytes
+	// (allreduce_slots.go) when it is above FlatThreshold; larger ones,
+	// and every one when the slots do not take it, follow RingThreshold
+	// (recursive doubling below it, the ring from it). Default (0): 1 MiB
+	// for 3 ranks, 8 MiB for 4 or more (slotAllReduceDefault), chosen by
+	// measurement with the ranks outnumbering the cores
+	// (docs/algorithms.md, "Through the slots in rounds"); negative
+	// disables it. All ranks must use the same value.
+	SlotAllReduceMax int
 }
 
 // validate fills defaults for a group of n ranks and rejects bad values
@@ -181,6 +190,9 @@ func (o *Options) validate(n int) error {
 	if o.SingleCopyMin == 0 {
 		o.SingleCopyMin = singleCopyDefault
 	}
+	if o.SlotAllReduceMax == 0 {
+		o.SlotAllReduceMax = slotAllReduceDefault(n)
+	}
 	return nil
 }
 
@@ -195,6 +207,27 @@ func (o *Options) validate(n int) error {
 // from 128 KiB: at 4 ranks 2 MiB 321 against 463, 16 MiB 2878 against
 // 5458.
 const singleCopyDefault = 2 << 20
+
+// slotAllReduceDefault is SlotAllReduceMax's default for a group of n
+// ranks. Measured on the 2-core VM, 2026-11-27, two sets of 3 rounds
+// interleaved, mean µs (median over rounds), slots (1 MiB rounds) against
+// the algorithms before (recursive doubling up to 256 KiB, the ring
+// above): 4 ranks 256 KiB 79 / 142, 512 KiB 138 / 259, 1 MiB 343 / 552,
+// 2 MiB 720 / 767 and 1039 / 1352, 4 MiB 1678 / 2267 and 2122 / 2272,
+// 8 MiB 4494 / 4423 and 4487 / 5248, 16 MiB 8723 / 9336 and 9346 / 9116;
+// 3 ranks 256 KiB 75 / 148, 512 KiB 134 / 211, 1 MiB 337 / 415, 2 MiB
+// 708 / 605 and 639 / 780, 4 MiB 1360 / 1441 and 1507 / 1357. So four
+// ranks (two per core) take the slots up to 8 MiB, three (where the ring
+// was already below Open MPI's time) up to 1 MiB, where they won in
+// every round. More than 4 ranks were not measured (the machine has 2
+// cores) and take 4 ranks' limit; 2 ranks never take the slots in rounds
+// (the ring is one step).
+func slotAllReduceDefault(n int) int {
+	if n == 3 {
+		return 1 << 20
+	}
+	return 8 << 20
+}
 
 // slotDefault is SlotBytes' default for a group of n ranks whose
 // FlatThreshold is flat. With 3 or more ranks the slots also carry large

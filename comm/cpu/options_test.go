@@ -50,3 +50,20 @@ func TestSlotBytesDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotAllReduceMaxDefault: the slots take allreduces up to 1 MiB
+// among 3 ranks and 8 MiB among 4 or more by default; a value given is
+// kept, a negative one (disabled) too.
+func TestSlotAllReduceMaxDefault(t *testing.T) {
+	for _, c := range []struct{ set, n, want int }{
+		{0, 3, 1 << 20}, {0, 4, 8 << 20}, {0, 8, 8 << 20}, {4096, 3, 4096}, {-1, 4, -1},
+	} {
+		o := Options{SlotAllReduceMax: c.set}
+		if err := o.validate(c.n); err != nil {
+			t.Fatal(err)
+		}
+		if o.SlotAllReduceMax != c.want {
+			t.Errorf("SlotAllReduceMax %d, %d ranks: got %d, want %d", c.set, c.n, o.SlotAllReduceMax, c.want)
+		}
+	}
+}
