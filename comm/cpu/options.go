@@ -114,7 +114,8 @@ type Options struct {
 	// for 3 ranks, 8 MiB for 4 or more (slotAllReduceDefault), chosen by
 	// measurement with the ranks outnumbering the cores
 	// (docs/algorithms.md, "Through the slots in rounds"); negative
-	// disables it. All ranks must use the same value.
+	// disables it. All ranks must use the same value. Under rankrunner:
+	// RANKTREE_SLOT_ALLREDUCE_MAX.
 	SlotAllReduceMax int
 }
 

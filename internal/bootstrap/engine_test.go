@@ -116,6 +116,13 @@ func TestCPUOptionsSingleCopyMin(t *testing.T) {
 		map[string]int{"": 0, "1048576": 1 << 20, "-1": -1}, []string{"x", "-2", "1.5"})
 }
 
+// TestCPUOptionsSlotAllReduceMax: RANKTREE_SLOT_ALLREDUCE_MAX sets
+// cpu.Options.SlotAllReduceMax; a bad value is an *EnvError naming it.
+func TestCPUOptionsSlotAllReduceMax(t *testing.T) {
+	checkCPUOptionVar(t, envcontract.SlotAllReduceMax, 4, func(o cpu.Options) int { return o.SlotAllReduceMax },
+		map[string]int{"": 0, "2097152": 2 << 20, "-1": -1}, []string{"x", "-2", "1.5"})
+}
+
 // checkCPUOptionVar sets variable v to each key of good and checks the
 // engine option field reads (a single-node job of world ranks), then to
 // each of bad and checks for an *EnvError naming v.

@@ -41,16 +41,17 @@ const (
 	NATSTLSCert  = "RANKTREE_NATS_TLS_CERT"
 	NATSTLSKey   = "RANKTREE_NATS_TLS_KEY"
 
-	Backend       = "RANKTREE_BACKEND"
-	Fault         = "RANKTREE_FAULT"
-	Transport     = "RANKTREE_TRANSPORT"
-	SocketIfname  = "RANKTREE_SOCKET_IFNAME"
-	ListenHost    = "RANKTREE_LISTEN_HOST"
-	AdvertiseHost = "RANKTREE_ADVERTISE_HOST"
-	HostID        = "RANKTREE_HOST_ID"
-	FlatThreshold = "RANKTREE_FLAT_THRESHOLD"
-	SlotBytes     = "RANKTREE_SLOT_BYTES"
-	SingleCopyMin = "RANKTREE_SINGLE_COPY_MIN"
+	Backend          = "RANKTREE_BACKEND"
+	Fault            = "RANKTREE_FAULT"
+	Transport        = "RANKTREE_TRANSPORT"
+	SocketIfname     = "RANKTREE_SOCKET_IFNAME"
+	ListenHost       = "RANKTREE_LISTEN_HOST"
+	AdvertiseHost    = "RANKTREE_ADVERTISE_HOST"
+	HostID           = "RANKTREE_HOST_ID"
+	FlatThreshold    = "RANKTREE_FLAT_THRESHOLD"
+	SlotBytes        = "RANKTREE_SLOT_BYTES"
+	SingleCopyMin    = "RANKTREE_SINGLE_COPY_MIN"
+	SlotAllReduceMax = "RANKTREE_SLOT_ALLREDUCE_MAX"
 
 	// ErrorFile is read on its own, not by Read: internal/bootstrap's
 	// recordError reads it so that an Init that fails while parsing can
@@ -138,6 +139,11 @@ type CPU struct {
 	// attach, cpu.Options.SingleCopyMin (0: the engine's default, -1:
 	// off).
 	SingleCopyMin int
+	// SlotAllReduceMax is RANKTREE_SLOT_ALLREDUCE_MAX: the largest
+	// allreduce in bytes that three or more ranks on one host move
+	// through the group segment's slots in rounds,
+	// cpu.Options.SlotAllReduceMax (0: the engine's default, -1: off).
+	SlotAllReduceMax int
 }
 
 // Read reads every variable of the env contract once through lookup and
@@ -267,6 +273,13 @@ func readCPU(get func(string) string) (CPU, error) {
 			return c, &VarError{Var: SingleCopyMin, Value: s, Msg: "want a size in bytes, or -1 for off"}
 		}
 		c.SingleCopyMin = n
+	}
+	if s := get(SlotAllReduceMax); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < -1 {
+			return c, &VarError{Var: SlotAllReduceMax, Value: s, Msg: "want a size in bytes, or -1 for off"}
+		}
+		c.SlotAllReduceMax = n
 	}
 	return c, nil
 }

@@ -22,7 +22,8 @@ import (
 // the job is known to reach (127.0.0.1 when that server is local, as in a
 // multi-node job simulated on one host). Bad values give a *VarError.
 func CPUOptions(e CPU, worldSize, localWorldSize int, natsURL string) (cpu.Options, error) {
-	o := cpu.Options{Transport: e.Transport, HostID: e.HostID, FlatThreshold: e.FlatThreshold, SlotBytes: e.SlotBytes, SingleCopyMin: e.SingleCopyMin}
+	o := cpu.Options{Transport: e.Transport, HostID: e.HostID, FlatThreshold: e.FlatThreshold, SlotBytes: e.SlotBytes, SingleCopyMin: e.SingleCopyMin,
+		SlotAllReduceMax: e.SlotAllReduceMax}
 	if name := e.SocketIfname; name != "" {
 		addr, err := interfaceAddr(name)
 		if err != nil {
