@@ -43,7 +43,11 @@
 #   OUTDIR defaults to ${TMPDIR:-/tmp}/ranktree-bench-<UTC time>. It receives
 #   results.md, results.json, meta.json, raw/records.jsonl (one JSON record
 #   per collective, peer, transport, world, size and round), raw/late.jsonl
-#   (LATE=1), raw/baseline.jsonl, raw/launch.txt and raw/*.log.
+#   (LATE=1), raw/baseline.jsonl, raw/launch.txt and raw/*.log. Every
+#   record carries c2c_ns, the round trip of a cache line between CPUs 0
+#   and 1 measured just before its run (allreduce-bench --c2c-probe): on a
+#   VM the host's placement of the vCPUs moves it by about 6x and every
+#   shared-memory time with it; results.md lists it per run.
 #
 # Environment (defaults in brackets):
 #   PY            python with torch, mpi4py, numpy [/usr/bin/python3: Debian's,
@@ -134,11 +138,27 @@ install_peers() {
 # JSON records to DEST (raw/records.jsonl), tagged with the peer, transport,
 # round, collective and world size.
 record() {
+	local c2c=()
+	if [ -n "$C2C" ]; then
+		c2c=(--set "c2c_ns=$C2C" --set "c2c_run=$C2C_RUN")
+	fi
 	if ! "$PY" "$BENCH/tag.py" --set "peer=$1" --set "transport=$2" --set "round=$3" --set "collective=$4" \
-		--set "world=$NPROC" --sizes "$SMALL_SIZES,$LARGE_SIZES" <"$5" >>"${6:-$OUT/raw/records.jsonl}"; then
+		--set "world=$NPROC" "${c2c[@]}" --sizes "$SMALL_SIZES,$LARGE_SIZES" <"$5" >>"${6:-$OUT/raw/records.jsonl}"; then
 		log "no results from $1/$2 $4 round $3; see $5"
 		tail -5 "$5" >&2 || true
 	fi
+}
+
+# probe_c2c: sets C2C to the round trip of a cache line between CPUs 0
+# and 1 in whole ns (allreduce-bench --c2c-probe, about 10 ms), the host's
+# state for the run about to start, which record adds to its records
+# (c2c_ns, with c2c_run numbering the probes); empty if the probe fails
+# (one CPU, an older build).
+C2C= C2C_RUN=0
+probe_c2c() {
+	C2C_RUN=$((C2C_RUN + 1))
+	C2C=$("$OUT/bin/allreduce-bench" --c2c-probe 2>/dev/null |
+		"$PY" -c 'import json,sys; print(round(json.loads(sys.stdin.read())["c2c_ns"]))' 2>/dev/null || true)
 }
 
 # blocking_flag BINDIR: --blocking=$BLOCKING if BLOCKING is set and
@@ -161,19 +181,23 @@ ranktree_with() {
 	for coll in $COLLECTIVES; do
 		for tr in $TRANSPORTS; do
 			local lg="$OUT/raw/$1-$coll-$tr-w$NPROC-r$3.log"
-			: >"$lg"
+			local lgl="$OUT/raw/$1-$coll-$tr-w$NPROC-r$3-large.log"
 			log "$1 $coll $tr, $NPROC ranks, round $3"
+			# Two runs, each with its own probe of the host's state.
 			if [ -n "$SMALL_SIZES" ]; then
+				probe_c2c
 				timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
 					--collective "$coll" --op sum --dtype float32 --sizes "$SMALL_SIZES" \
-					--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" "${bflag[@]}" --json >>"$lg" 2>&1 || true
+					--iters "$ITERS_SMALL" --warmup "$WARMUP_SMALL" --transport "$tr" "${bflag[@]}" --json >"$lg" 2>&1 || true
+				record "$1" "$tr" "$3" "$coll" "$lg"
 			fi
 			if [ -n "$LARGE_SIZES" ]; then
+				probe_c2c
 				timeout "$RUN_TIMEOUT" "$2/rankrunner" --nproc-per-node "$NPROC" "$2/allreduce-bench" \
 					--collective "$coll" --op sum --dtype float32 --sizes "$LARGE_SIZES" \
-					--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" "${bflag[@]}" --json >>"$lg" 2>&1 || true
+					--iters "$ITERS_LARGE" --warmup "$WARMUP_LARGE" --transport "$tr" "${bflag[@]}" --json >"$lgl" 2>&1 || true
+				record "$1" "$tr" "$3" "$coll" "$lgl"
 			fi
-			record "$1" "$tr" "$3" "$coll" "$lg"
 		done
 	done
 }
@@ -189,6 +213,7 @@ run_gloo() { # ROUND
 	for coll in $COLLECTIVES; do
 		local lg="$OUT/raw/gloo-$coll-w$NPROC-r$1.log"
 		log "gloo $coll, $NPROC ranks, round $1"
+		probe_c2c
 		timeout "$RUN_TIMEOUT" "$PY" "$BENCH/gloo_allreduce.py" --nproc "$NPROC" --collective "$coll" \
 			"${peer_flags[@]}" >"$lg" 2>&1 || true
 		record gloo "tcp" "$1" "$coll" "$lg"
@@ -205,6 +230,7 @@ run_openmpi() { # ROUND
 				label="$label, --bind-to $bind"
 			fi
 			log "openmpi $coll ($label), $NPROC ranks, round $1"
+			probe_c2c
 			timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np "$NPROC" "${flags[@]}" \
 				"$PY" "$BENCH/mpi_allreduce.py" --collective "$coll" "${peer_flags[@]}" >"$lg" 2>&1 || true
 			record openmpi "$label" "$1" "$coll" "$lg"
@@ -218,6 +244,7 @@ run_openmpi() { # ROUND
 run_late() {
 	local lg="$OUT/raw/late-r$1.log" NPROC=2
 	log "late arrival: rank 1 ${LATE_US} us late, shm, 2 ranks, round $1"
+	probe_c2c
 	local bflag=()
 	mapfile -t bflag < <(blocking_flag "$OUT/bin")
 	local lflag=()
@@ -236,6 +263,7 @@ run_late() {
 			mflag=(--late-busy)
 		fi
 		log "late arrival: Open MPI, rank 1 ${LATE_US} us late, 2 ranks, round $1"
+		probe_c2c
 		timeout "$RUN_TIMEOUT" mpirun --allow-run-as-root --oversubscribe -np 2 "$PY" "$BENCH/mpi_allreduce.py" \
 			--sizes "$LATE_SIZES" --iters "$LATE_ITERS" --warmup "$LATE_WARMUP" --late-rank 1 --late-us "$LATE_US" "${mflag[@]}" >"$ml" 2>&1 || true
 		record openmpi shm "$1" allreduce "$ml" "$OUT/raw/late.jsonl"

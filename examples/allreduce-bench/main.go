@@ -63,6 +63,13 @@
 //	              computing its step, instead of asleep: a sleeping rank's
 //	              idle CPU (a halted vCPU on a VM) makes its own launch
 //	              slower, which wake_us counts ("late_busy" in the JSON)
+//	--c2c-probe   run outside any job: measure the round trip of a cache line
+//	              between CPUs 0 and 1 (5 samples of 2000), print it as one JSON
+//	              object ("c2c_ns", the median sample) and exit. On a VM the host
+//	              may run the two vCPUs on cores that share a cache or on cores
+//	              that do not (about 55 against 320 ns on the development VM),
+//	              which moves every shared-memory time; scripts/bench-compare.sh
+//	              records it before each run
 //
 // Exit status: 0 on success, 2 for bad flags, 1 for any failure (printed on
 // stderr with the rank).
@@ -90,6 +97,16 @@ func main() {
 			fmt.Fprintln(os.Stderr, "allreduce-bench:", err)
 		}
 		os.Exit(2)
+	}
+	if o.C2CProbe {
+		r, err := bench.CoreToCore(0, 1, 2000, 5)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "allreduce-bench:", err)
+			os.Exit(1)
+		}
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -403,6 +403,61 @@ def substitutes_list(recs):
     return seen
 
 
+# FAR_C2C: a run whose cache-line round trip between CPUs 0 and 1 (c2c_ns,
+# allreduce-bench --c2c-probe just before it) is at least this many times
+# the smallest of the sweep ran in the host's far state (docs/benchmarks.md,
+# "Issue 15, session 14": about 55 against 320 ns on the development VM).
+FAR_C2C = 3.0
+
+
+def c2c_rows(recs):
+    """The core-to-core round trip recorded before each run (c2c_ns), one
+    row per peer, transport, collective and world with the rounds' values in
+    round order, and whether each was in the far state. Records without it
+    (older scripts, a probe that failed) are left out."""
+    runs = {}
+    for r in recs:
+        if "c2c_ns" not in r or not isinstance(r["c2c_ns"], (int, float)):
+            continue
+        coll = coll_of(r) + (" (late arrival)" if "wake_us" in r else "")
+        key = (r.get("peer", "?"), r.get("transport", "?"), coll, int(r.get("world", 2)))
+        # a run's records share its probe (c2c_run numbers the probes;
+        # without it, records with equal values count as one run)
+        rd = runs.setdefault(key, {}).setdefault(int(r.get("round", 0)), {})
+        rd.setdefault(r.get("c2c_run", r["c2c_ns"]), r["c2c_ns"])
+    runs = {k: {rd: list(probes.values()) for rd, probes in rounds.items()} for k, rounds in runs.items()}
+    allv = [v for rounds in runs.values() for vals in rounds.values() for v in vals]
+    if not allv:
+        return []
+    near = min(allv)
+    rows = []
+    for (peer, tr, coll, world), rounds in sorted(runs.items()):
+        vals = [v for rd in sorted(rounds) for v in rounds[rd]]
+        rows.append({"peer": peer, "transport": tr, "collective": coll, "world": world,
+                     "rounds": [rounds[rd] for rd in sorted(rounds)],
+                     "far": sum(1 for v in vals if v >= FAR_C2C * near), "runs": len(vals)})
+    return rows
+
+
+def c2c_markdown(rows):
+    """The c2c table, or nothing."""
+    if not rows:
+        return []
+    near = min(v for r in rows for rd in r["rounds"] for v in rd)
+    out = ["", "## The host's state before each run", "",
+           "Round trip of a cache line between CPUs 0 and 1 (`allreduce-bench --c2c-probe`, ns) just before each "
+           "run, per round (a ranktree round has two runs: its small sizes, then its large ones). A run at or "
+           "above %.1f× the smallest (%.0f ns), marked *, started in the host's far state, in which every "
+           "shared-memory exchange is slower (docs/benchmarks.md, \"Issue 15, session 14\")." % (FAR_C2C, near), "",
+           "| peer | transport | collective | ranks | rounds | far runs |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        rounds = "; ".join(", ".join("%.0f%s" % (v, "*" if v >= FAR_C2C * near else "") for v in rd)
+                           for rd in r["rounds"])
+        out.append("| %s | %s | %s | %d | %s | %d of %d |" % (
+            r["peer"], r["transport"], r["collective"], r["world"], rounds, r["far"], r["runs"]))
+    return out
+
+
 def build(meta, recs, launch, baseline=None, late=None):
     """The results object: the allreduce summary rows for the smallest world
     measured, ratios, goals, the per-collective sweep, stability, the
@@ -417,7 +472,7 @@ def build(meta, recs, launch, baseline=None, late=None):
     return {"meta": meta, "world": world, "rows": rows, "launch": launch,
             "goals": goals3(rows, small, large, launch),
             "goals15": goals15(sw, [r for r in lr if r["peer"] == "ranktree"]),
-            "sweep": sw, "stability": stability(sw), "late": lr,
+            "sweep": sw, "stability": stability(sw), "late": lr, "c2c": c2c_rows(recs + (late or [])),
             "unsupported": [{"peer": p, "collective": c, "why": w} for p, c, w in unsupported_list(recs)],
             "substitutes": [{"peer": p, "collective": c, "api": a} for p, c, a in substitutes_list(recs)],
             "baseline": baseline or [], "records": recs, "late_records": late or []}
@@ -493,6 +548,7 @@ def markdown(res):
         out += sweep_markdown(res["sweep"])
         out += stability_markdown(res["sweep"])
     out += late_markdown(res.get("late", []))
+    out += c2c_markdown(res.get("c2c", []))
     if res.get("unsupported") or res.get("substitutes"):
         out += ["", "## Not measured, or measured with another call", ""]
         for u in res.get("unsupported", []):

@@ -378,6 +378,37 @@ class SummarizeTest(unittest.TestCase):
         self.assertEqual((f["lag_us"], f["lag_us_min"]), (4.0, 1.0))
         self.assertAlmostEqual(f["wait_cpu_pct_all"], 100.0 * 8_000 / 60_000)
 
+    def test_c2c_state(self):
+        # The probe's value per run: ranktree's small and large runs of a
+        # round share nothing; a record without it (a failed probe) is
+        # left out; the late-arrival records get a row of their own.
+        def rec(peer, rnd, c2c, size=4, **kw):
+            r = {"peer": peer, "transport": "shm", "collective": "allreduce", "world": 2, "bytes": size,
+                 "mean_us": 1.0, "time_us": 1.0, "round": rnd, **kw}
+            if c2c is not None:
+                r["c2c_ns"] = c2c
+            return r
+        recs = [rec("ranktree", 1, 55, c2c_run=1), rec("ranktree", 1, 55, size=8, c2c_run=1),
+                rec("ranktree", 1, 60, size=1 << 20, c2c_run=2),
+                rec("ranktree", 2, 320, c2c_run=5), rec("ranktree", 2, 320, size=1 << 20, c2c_run=6),
+                rec("openmpi", 1, 61, c2c_run=3), rec("openmpi", 2, None)]
+        late = [rec("ranktree", 1, 330, wake_us=9.0)]
+        res = summarize.build({"world_size": 2}, recs, None, None, late)
+        rows = {(r["peer"], r["collective"]): r for r in res["c2c"]}
+        rt = rows[("ranktree", "allreduce")]
+        self.assertEqual(rt["rounds"], [[55, 60], [320, 320]])  # two runs, equal values
+        self.assertEqual((rt["far"], rt["runs"]), (2, 4))
+        self.assertEqual(rows[("openmpi", "allreduce")]["rounds"], [[61]])
+        lt = rows[("ranktree", "allreduce (late arrival)")]
+        self.assertEqual((lt["far"], lt["runs"]), (1, 1))
+        md = summarize.markdown(res)
+        self.assertIn("## The host's state before each run", md)
+        self.assertIn("| ranktree | shm | allreduce | 2 | 55, 60; 320*, 320* | 2 of 4 |", md)
+        # no probe anywhere: no section
+        plain = summarize.build({"world_size": 2}, [rec("ranktree", 1, None)], None)
+        self.assertEqual(plain["c2c"], [])
+        self.assertNotIn("host's state", summarize.markdown(plain))
+
     def test_goals15(self):
         recs = []
         for rnd in range(3):

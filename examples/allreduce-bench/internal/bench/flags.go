@@ -16,6 +16,10 @@ type Options struct {
 	JSON      bool   // print JSON lines instead of the table
 	// Late is the late-arrival mode (--late-rank, --late-us), or nil.
 	Late *Late
+	// C2CProbe (--c2c-probe): measure the cache line's round trip
+	// between CPUs 0 and 1 (CoreToCore), print it as one JSON object and
+	// exit, without joining a job.
+	C2CProbe bool
 }
 
 // ParseArgs parses the command line (without the program name).
@@ -44,6 +48,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 	blocking := fs.Bool("blocking", true, "issue every collective in its blocking form (comm.Blocking: the call returns once the op completed, as MPI_Allreduce and torch's default all_reduce); false: time AllReduce(...).Wait, the async form")
 	lateBusy := fs.Bool("late-busy", false, "with --late-rank: the late rank spends its delay busy (as a rank computing its step) instead of asleep, whose idle CPU makes its own launch slower")
 	lateSkew := fs.String("late-skew", "fixed", "with --late-rank: fixed (--late-us every iteration) | alternate (--late-us and 0 in turn) | random (uniform 0..--late-us)")
+	c2c := fs.Bool("c2c-probe", false, "measure the round trip of a cache line between CPUs 0 and 1 (5 samples of 2000), print it as JSON and exit, outside any job: the host's state, which moves every shared-memory time (scripts/bench-compare.sh records it before each run)")
 	placeEvery := fs.Int("placement-every", 64, "sample each rank's CPU after every Nth timed iteration (a getcpu system call between two ops delays the next launch)")
 	if err := fs.Parse(args); err != nil {
 		return Options{}, err
@@ -89,6 +94,7 @@ func ParseArgs(args []string, defaultTransport string, stderr io.Writer) (Option
 		return Options{}, fmt.Errorf("--transport %q: want auto, shm or tcp", *transport)
 	}
 	o.JSON = *asJSON
+	o.C2CProbe = *c2c
 	if *lateRank >= 0 {
 		if *lateUs <= 0 {
 			return Options{}, fmt.Errorf("--late-us %d must be positive", *lateUs)
