@@ -136,7 +136,8 @@ install_peers() {
 
 # record PEER TRANSPORT ROUND COLLECTIVE LOG [DEST]: appends LOG's rank-0
 # JSON records to DEST (raw/records.jsonl), tagged with the peer, transport,
-# round, collective and world size.
+# round, collective and world size, and with the host's state that the last
+# probe_c2c measured (c2c_ns, c2c_run).
 record() {
 	local c2c=()
 	if [ -n "$C2C" ]; then

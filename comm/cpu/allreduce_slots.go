@@ -24,7 +24,7 @@ package cpu
 // the element size.
 func allreduceSlots(s Slots, buf []byte, esize, piece int) error {
 	n, r := s.Size(), s.Rank()
-	piece -= piece % esize
+	piece = max(piece-piece%esize, esize) // whole elements, at least one
 	for off := 0; off < len(buf); off += piece {
 		seg := buf[off:min(off+piece, len(buf))]
 		count := len(seg) / esize

@@ -89,11 +89,14 @@ func CoreToCore(a, b, trips, samples int) (C2C, error) {
 		return C2C{}, err
 	}
 	var old unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		return C2C{}, fmt.Errorf("bench: core-to-core probe: %w", err)
+	err := unix.SchedGetaffinity(0, &old)
+	if err == nil {
+		err = pin(a)
+	} else {
+		err = fmt.Errorf("bench: core-to-core probe: %w", err)
 	}
-	if err := pin(a); err != nil {
-		line.v.Store(-1)
+	if err != nil {
+		line.v.Store(-1) // ends the other thread's wait
 		<-done
 		return C2C{}, err
 	}
