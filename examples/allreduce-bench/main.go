@@ -67,7 +67,7 @@
 //	              between CPUs 0 and 1 (5 samples of 2000), print it as one JSON
 //	              object ("c2c_ns", the median sample) and exit. On a VM the host
 //	              may run the two vCPUs on cores that share a cache or on cores
-//	              that do not (about 55 against 320 ns on the development VM),
+//	              that do not (about 50-100 against 320-500 ns on the development VM),
 //	              which moves every shared-memory time; scripts/bench-compare.sh
 //	              records it before each run
 //

@@ -13,9 +13,9 @@ import (
 // C2C is the round trip of a cache line between two CPUs: the time for a
 // thread on one to write a word and see the reply that a thread on the
 // other writes once it has read it. On the development VM (2 vCPUs of an
-// AMD EPYC) it takes about 50-70 ns while the host runs the two vCPUs on
-// cores that share a cache and about 310-340 ns while it runs them on
-// cores that do not, and the host moves them now and then (docs/benchmarks.md,
+// AMD EPYC) this probe measured about 50-100 ns while the host ran the two
+// vCPUs on cores that share a cache and about 320-500 ns while it ran them
+// on cores that do not, and the host moves them now and then (docs/benchmarks.md,
 // "Issue 15, session 14"). Every shared-memory exchange between ranks pays
 // it, ranktree's and Open MPI's alike, so scripts/bench-compare.sh
 // measures it before each run (--c2c-probe) and records it beside the
