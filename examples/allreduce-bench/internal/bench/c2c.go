@@ -57,32 +57,9 @@ func CoreToCore(a, b, trips, samples int) (C2C, error) {
 		v atomic.Int64
 		_ [64]byte
 	}
-	total := int64(trips) * int64(samples)
 	ready := make(chan error, 1)
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// Locked and never unlocked: the thread, pinned to b, ends with
-		// the goroutine instead of going back to the scheduler.
-		runtime.LockOSThread()
-		if err := pin(b); err != nil {
-			ready <- err
-			return
-		}
-		ready <- nil
-		for want := int64(1); want < 2*total; want += 2 {
-			for {
-				x := line.v.Load()
-				if x == want {
-					break
-				}
-				if x < 0 {
-					return // the measuring side gave up
-				}
-			}
-			line.v.Store(want + 1)
-		}
-	}()
+	go answer(&line.v, b, int64(trips)*int64(samples), ready, done)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := <-ready; err != nil {
@@ -117,6 +94,33 @@ func CoreToCore(a, b, trips, samples int) (C2C, error) {
 	r := C2C{CPUs: [2]int{a, b}, Samples: samples, Trips: trips, MinNs: slices.Min(per), MaxNs: slices.Max(per)}
 	r.MedianNs = Median(per)
 	return r, nil
+}
+
+// answer is CoreToCore's other side: on a thread pinned to cpu (the
+// result of which it sends on ready) it answers each odd value of *v with
+// the next even one, total times, or until *v goes negative; it closes
+// done when it returns. Its thread stays locked, so that it ends with the
+// goroutine instead of going back to the scheduler pinned.
+func answer(v *atomic.Int64, cpu int, total int64, ready chan<- error, done chan<- struct{}) {
+	defer close(done)
+	runtime.LockOSThread()
+	if err := pin(cpu); err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	for want := int64(1); want < 2*total; want += 2 {
+		for {
+			x := v.Load()
+			if x == want {
+				break
+			}
+			if x < 0 {
+				return // the measuring side gave up
+			}
+		}
+		v.Store(want + 1)
+	}
 }
 
 // pin binds the calling thread to cpu.
