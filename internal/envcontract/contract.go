@@ -253,33 +253,26 @@ func readCPU(get func(string) string) (CPU, error) {
 		Transport: get(Transport), HostID: get(HostID), SocketIfname: get(SocketIfname),
 		ListenHost: get(ListenHost), AdvertiseHost: get(AdvertiseHost),
 	}
-	if s := get(FlatThreshold); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < -1 || n > 16<<20 {
-			return c, &VarError{Var: FlatThreshold, Value: s, Msg: "want a size in bytes up to 16777216, or -1 for off"}
+	for _, v := range []struct {
+		name     string
+		dst      *int
+		min, max int // max 0: no bound
+		msg      string
+	}{
+		{FlatThreshold, &c.FlatThreshold, -1, 16 << 20, "want a size in bytes up to 16777216, or -1 for off"},
+		{SlotBytes, &c.SlotBytes, 0, 16 << 20, "want a size in bytes up to 16777216"},
+		{SingleCopyMin, &c.SingleCopyMin, -1, 0, "want a size in bytes, or -1 for off"},
+		{SlotAllReduceMax, &c.SlotAllReduceMax, -1, 0, "want a size in bytes, or -1 for off"},
+	} {
+		s := get(v.name)
+		if s == "" {
+			continue
 		}
-		c.FlatThreshold = n
-	}
-	if s := get(SlotBytes); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 || n > 16<<20 {
-			return c, &VarError{Var: SlotBytes, Value: s, Msg: "want a size in bytes up to 16777216"}
+		if err != nil || n < v.min || (v.max > 0 && n > v.max) {
+			return c, &VarError{Var: v.name, Value: s, Msg: v.msg}
 		}
-		c.SlotBytes = n
-	}
-	if s := get(SingleCopyMin); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < -1 {
-			return c, &VarError{Var: SingleCopyMin, Value: s, Msg: "want a size in bytes, or -1 for off"}
-		}
-		c.SingleCopyMin = n
-	}
-	if s := get(SlotAllReduceMax); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < -1 {
-			return c, &VarError{Var: SlotAllReduceMax, Value: s, Msg: "want a size in bytes, or -1 for off"}
-		}
-		c.SlotAllReduceMax = n
+		*v.dst = n
 	}
 	return c, nil
 }

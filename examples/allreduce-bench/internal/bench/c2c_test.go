@@ -32,6 +32,10 @@ func TestCoreToCore(t *testing.T) {
 		t.Skip("needs two CPUs")
 	}
 	procs := runtime.GOMAXPROCS(0)
+	// Locked here, CoreToCore measures on this thread (its own lock
+	// nests), so the CPU set checked below is the one it changed.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	r, err := CoreToCore(cpus[0], cpus[1], 2000, 5)
 	if err != nil {
 		t.Fatal(err)
@@ -45,8 +49,6 @@ func TestCoreToCore(t *testing.T) {
 	if got := runtime.GOMAXPROCS(0); got != procs {
 		t.Fatalf("GOMAXPROCS %d after the probe, want %d", got, procs)
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	var after unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &after); err != nil {
 		t.Fatal(err)
