@@ -43,6 +43,7 @@ type Mesh struct {
 	// also offers the slots of the one-step algorithms (mesh_flat.go).
 	Grp *ShmGroup
 	fh  Header // the header of a slot being written or checked
+	fph uint64 // fpHash of Cur.FP, set by Publish for the op's boxes
 	// fall is the last one-step op for which every rank's slot was
 	// awaited (mesh_flat.go).
 	fall uint64

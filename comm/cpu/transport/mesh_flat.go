@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -11,16 +12,25 @@ import (
 // flatStep is the step number written in slot headers.
 const flatStep = 1 << 23
 
-// Publish implements Slots. Op k uses slot k%2, which op k-2 used last:
-// every peer must have finished reading that first. A peer reads op
-// k-2's slots before it publishes op k-1 (one goroutine, in order), so
-// it has once its sequence word reached k-1. This rank saw every rank's
-// reach k-1 if it completed op k-1 (m.fall, set by the op's first
+// Publish implements Slots. Op k uses slot k%2 and box k%2, which op
+// k-2 used last: every peer must have finished reading them first. A
+// peer reads op k-2's before it publishes op k-1 (one goroutine, in
+// order), so it has once its box k-1%2 reached k-1. This rank saw every
+// rank's reach k-1 if it completed op k-1 (m.fall, set by the op's first
 // peer Slot), the case of every op after a successful one: then it
 // checks nothing in shared memory, which saves a read of a line each
 // peer wrote (a cache miss) and a write to one (an acknowledgement word
 // the peers read, as this segment used to have). Otherwise it waits for
-// each peer's sequence word.
+// each peer's box.
+//
+// The slot gets the op's full header; the box, one cache line, gets what
+// a reader checks (a hash of the fingerprint, its seq and the payload's
+// length), the payload itself when it fits (boxPayload bytes), and last
+// the op's number, which publishes it. A reader that waits on the box
+// finds everything a small op needs in the one line it waited on, where
+// it used to find a sequence word and then read the slot's header and
+// payload (two more lines, fetched after the word changed: one more
+// transfer between the cores, on every op).
 func (m *Mesh) Publish(payload []byte) error {
 	g := m.Grp
 	if len(payload) > g.slotBytes {
@@ -31,24 +41,30 @@ func (m *Mesh) Publish(payload []byte) error {
 	if k > 2 && m.fall+1 < k {
 		for p := range g.size {
 			if p != m.rank {
-				if err := m.flatWait(g.r[p].seq, k-1); err != nil {
+				if err := m.flatWait(g.r[p].pub[(k-1)%2], k-1); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	me := &g.r[m.rank]
-	slot := me.slot[k%2]
+	slot, box := me.slot[k%2], me.box[k%2]
 	m.fh = Header{Kind: kindColl, Sender: m.rank, FP: m.Cur.FP, Step: flatStep, Len: uint64(len(payload))}
 	m.fh.encode(slot[:HeaderSize])
-	copy(slot[HeaderSize:], payload)
+	m.fph = fpHash(&m.Cur.FP)
+	putBox(box, m.fph, m.Cur.FP.Seq, len(payload))
+	if len(payload) <= boxPayload {
+		copy(box[boxHead:], payload)
+	} else {
+		copy(slot[HeaderSize:], payload)
+	}
 	g.K = k
-	me.seq.Store(k)
+	me.pub[k%2].Store(k)
 	// The peers wait for every slot (Slot(0) waits for all): only the
 	// last rank to publish wakes them, so that a waiter sleeps and wakes
-	// once per op, not once per peer. That rank sees every seq at k; a
+	// once per op, not once per peer. That rank sees every box at k; a
 	// waiter that raised its sleeping flag after this check sees every
-	// seq too (sequentially consistent atomics), so none is missed.
+	// box too (sequentially consistent atomics), so none is missed.
 	if m.allPublished(k) {
 		m.wakePeers()
 	}
@@ -58,36 +74,87 @@ func (m *Mesh) Publish(payload []byte) error {
 // allPublished reports whether every rank published one-step op k.
 func (m *Mesh) allPublished(k uint64) bool {
 	for p := range m.Grp.size {
-		if m.Grp.r[p].seq.Load() < k {
+		if m.Grp.r[p].pub[k%2].Load() < k {
 			return false
 		}
 	}
 	return true
 }
 
-// Slot implements Slots.
+// Slot implements Slots. A peer's box that matches this rank's op (the
+// fingerprint's hash, its seq, n bytes) is all it reads besides the
+// payload; one that does not sends it to the slot's full header, which
+// names what differs (checkColl).
 func (m *Mesh) Slot(p, n int) ([]byte, error) {
 	g := m.Grp
 	f := &g.r[p]
-	slot := f.slot[g.K%2]
-	if p == m.rank {
-		return slot[HeaderSize : HeaderSize+n], nil
-	}
-	if m.fall != g.K {
-		// The op's first peer slot: wait for every rank's.
-		if err := m.flatWait(nil, g.K); err != nil {
-			return nil, err
+	slot, box := f.slot[g.K%2], f.box[g.K%2]
+	if p != m.rank {
+		if m.fall != g.K {
+			// The op's first peer slot: wait for every rank's.
+			if err := m.flatWait(nil, g.K); err != nil {
+				return nil, err
+			}
+			m.fall = g.K
 		}
-		m.fall = g.K
+		if !boxMatches(box, m.fph, m.Cur.FP.Seq, n) {
+			return nil, m.slotMismatch(p, n, slot)
+		}
 	}
-	h, err := decodeHeader(slot[:HeaderSize])
-	if err != nil {
-		return nil, &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP, Msg: fmt.Sprintf("shm slot of rank %d: %v", p, err)}
-	}
-	if err := m.checkColl(p, flatStep, n, h); err != nil {
-		return nil, err
+	if n <= boxPayload {
+		return box[boxHead : boxHead+n], nil
 	}
 	return slot[HeaderSize : HeaderSize+n], nil
+}
+
+// slotMismatch is the error for rank p's slot of this op, whose box does
+// not match it (Slot): the full header's difference (checkColl), or a
+// protocol error if the header matches what the box did not.
+func (m *Mesh) slotMismatch(p, n int, slot []byte) error {
+	h, err := decodeHeader(slot[:HeaderSize])
+	if err != nil {
+		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP, Msg: fmt.Sprintf("shm slot of rank %d: %v", p, err)}
+	}
+	if err := m.checkColl(p, flatStep, n, h); err != nil {
+		return err
+	}
+	return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP,
+		Msg: fmt.Sprintf("protocol error: rank %d's shm box disagrees with its slot header (%v)", p, h.FP)}
+}
+
+// The fast box after its op number (flatRank.box): the fingerprint's
+// hash, its seq, the payload's length, then the payload when it fits.
+const (
+	boxHead    = 24
+	boxPayload = 32
+	boxBytes   = boxHead + boxPayload
+)
+
+func putBox(b []byte, fph, seq uint64, n int) {
+	_ = b[boxHead-1]
+	binary.LittleEndian.PutUint64(b[0:], fph)
+	binary.LittleEndian.PutUint64(b[8:], seq)
+	binary.LittleEndian.PutUint64(b[16:], uint64(n))
+}
+
+func boxMatches(b []byte, fph, seq uint64, n int) bool {
+	_ = b[boxHead-1]
+	return binary.LittleEndian.Uint64(b[0:]) == fph && binary.LittleEndian.Uint64(b[8:]) == seq &&
+		binary.LittleEndian.Uint64(b[16:]) == uint64(n)
+}
+
+// fpHash is a 64-bit hash of every field of fp but its seq (the box
+// carries the seq itself): group, epoch, op, dtype, reduce op, count,
+// root and shape, each mixed in with splitmix64's finalizer (mix64). Two ops that differ in
+// any of them agree on it with probability 2^-64; Slot relies on that
+// to check a peer's op from its box alone.
+func fpHash(fp *comm.Fingerprint) uint64 {
+	h := fp.Group
+	for _, v := range [...]uint64{uint64(fp.Epoch)<<32 | uint64(uint32(fp.Root)),
+		uint64(fp.Op) | uint64(fp.DType)<<8 | uint64(fp.RedOp)<<16, uint64(fp.Count), uint64(fp.Shape)} {
+		h = mix64(h^v) + 0x9e3779b97f4a7c15
+	}
+	return h
 }
 
 // wakePeers wakes the peers that sleep waiting (for a slot, a sequence
@@ -300,7 +367,7 @@ func (m *Mesh) checkPeerSlots() error {
 		if q == m.rank {
 			continue
 		}
-		s := g.r[q].seq.Load()
+		s := g.r[q].published()
 		if s <= g.K {
 			continue
 		}

@@ -2,7 +2,9 @@ package transport
 
 import (
 	"bytes"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +92,129 @@ func TestFlatSlotReuse(t *testing.T) {
 		t.Fatal("rank 0's op 4 still waits after rank 1 published op 3")
 	}
 	read(1, 3)
+}
+
+// TestFlatBox: a payload of at most boxPayload bytes travels in the
+// rank's fast box (the cache line its op number is in), a larger one in
+// its slot, and a peer reads either intact. A peer's op that differs in
+// any field of the fingerprint, or in its payload's length, is told by
+// the box and named by the slot's full header (a *comm.MismatchError);
+// a box that disagrees with a matching header is a protocol error.
+func TestFlatBox(t *testing.T) {
+	ms := flatPair(t)
+	g := ms[0].Grp
+	payload := func(r, n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r*100 + i + 1)
+		}
+		return b
+	}
+	op := func(seq uint64, count int64) comm.Fingerprint {
+		return comm.Fingerprint{Op: comm.OpAllReduce, DType: comm.Uint8, Count: count, Seq: seq, Root: -1}
+	}
+	seq := uint64(0)
+	for _, n := range []int{1, 8, boxPayload - 1, boxPayload, boxPayload + 1, 64} {
+		seq++
+		k := seq % 2
+		clear(g.r[1].box[k][boxHead:]) // what op seq-2 left
+		clear(g.r[1].slot[k][HeaderSize:])
+		for r := range 2 {
+			ms[r].Begin(OpCtx{FP: op(seq, int64(n))})
+			if err := ms[r].Publish(payload(r, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		inBox := bytes.Equal(g.r[1].box[k][boxHead:boxHead+min(n, boxPayload)], payload(1, n)[:min(n, boxPayload)])
+		inSlot := bytes.Equal(g.r[1].slot[k][HeaderSize:HeaderSize+n], payload(1, n))
+		if n <= boxPayload && (!inBox || inSlot) || n > boxPayload && (!inSlot || inBox) {
+			t.Errorf("%d bytes: in the box %v, in the slot %v; want the box only up to %d bytes", n, inBox, inSlot, boxPayload)
+		}
+		for r := range 2 {
+			for p := range 2 {
+				got, err := ms[r].Slot(p, n)
+				if err != nil || !bytes.Equal(got, payload(p, n)) {
+					t.Fatalf("%d bytes: rank %d read rank %d's %v (%v)", n, r, p, got, err)
+				}
+			}
+		}
+	}
+	// Mismatches, each in a fresh pair: rank 1's op differs from rank
+	// 0's in one field, or in its payload's length.
+	for _, c := range []struct {
+		name string
+		fp   func(fp comm.Fingerprint) comm.Fingerprint
+		n    int
+		want string
+	}{
+		{"count", func(fp comm.Fingerprint) comm.Fingerprint { fp.Count = 9; return fp }, 8, "×9"},
+		{"seq", func(fp comm.Fingerprint) comm.Fingerprint { fp.Seq = 2; return fp }, 8, "seq 2"},
+		{"dtype", func(fp comm.Fingerprint) comm.Fingerprint { fp.DType = comm.Int8; return fp }, 8, "int8"},
+		{"root", func(fp comm.Fingerprint) comm.Fingerprint { fp.Root = 1; return fp }, 8, ""},
+		{"length", func(fp comm.Fingerprint) comm.Fingerprint { return fp }, 4, "of 4 bytes"},
+		{"length in the slot", func(fp comm.Fingerprint) comm.Fingerprint { return fp }, 40, "of 40 bytes"},
+	} {
+		ms := flatPair(t)
+		want := op(1, 8)
+		n := 8
+		if c.name == "length in the slot" {
+			n = 48
+		}
+		ms[0].Begin(OpCtx{FP: want})
+		ms[1].Begin(OpCtx{FP: c.fp(want)})
+		if err := ms[0].Publish(payload(0, n)); err != nil {
+			t.Fatal(err)
+		}
+		pn := n
+		if c.name == "length" || c.name == "length in the slot" {
+			pn = c.n
+		}
+		if err := ms[1].Publish(payload(1, pn)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ms[0].Slot(1, n)
+		var me *comm.MismatchError
+		if !errors.As(err, &me) || me.RemoteRank != 1 || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: rank 0 read %v, want a mismatch with rank 1 naming %q", c.name, err, c.want)
+		}
+	}
+	// A box that disagrees with its slot's (matching) header.
+	ms = flatPair(t)
+	for r := range 2 {
+		ms[r].Begin(OpCtx{FP: op(1, 8)})
+		if err := ms[r].Publish(payload(r, 8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms[1].Grp.r[1].box[1][0] ^= 1 // the hash
+	var ee *comm.EngineError
+	if _, err := ms[0].Slot(1, 8); !errors.As(err, &ee) || !strings.Contains(err.Error(), "disagrees") {
+		t.Errorf("corrupt box: %v, want a protocol error", err)
+	}
+}
+
+// TestFPHash: the box's hash of a fingerprint changes with every field
+// it covers (all but seq, which the box carries itself).
+func TestFPHash(t *testing.T) {
+	base := comm.Fingerprint{Group: 7, Epoch: 1, Op: comm.OpAllReduce, DType: comm.Float32, RedOp: comm.RedSum, Count: 3, Root: -1, Shape: 5}
+	seen := map[uint64]string{fpHash(&base): "base"}
+	for name, f := range map[string]func(*comm.Fingerprint){
+		"group": func(fp *comm.Fingerprint) { fp.Group++ }, "epoch": func(fp *comm.Fingerprint) { fp.Epoch++ },
+		"op": func(fp *comm.Fingerprint) { fp.Op = comm.OpBroadcast }, "dtype": func(fp *comm.Fingerprint) { fp.DType = comm.Float64 },
+		"redop": func(fp *comm.Fingerprint) { fp.RedOp = comm.RedMax }, "count": func(fp *comm.Fingerprint) { fp.Count++ },
+		"root": func(fp *comm.Fingerprint) { fp.Root = 0 }, "shape": func(fp *comm.Fingerprint) { fp.Shape++ },
+	} {
+		fp := base
+		f(&fp)
+		h := fpHash(&fp)
+		if prev, ok := seen[h]; ok {
+			t.Errorf("changing the %s gives the hash of %s", name, prev)
+		}
+		seen[h] = name
+	}
+	fp := base
+	fp.Seq = 99
+	if fpHash(&fp) != fpHash(&base) {
+		t.Error("the hash depends on the seq, which the box carries apart")
+	}
 }

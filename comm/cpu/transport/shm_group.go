@@ -30,9 +30,13 @@ import (
 // A rank's block (offsets within it; each word on its own 128-byte pair of
 // cache lines, so that no two writers share a line):
 //
-//	0    seq  u64  flat ops this rank has published (written by the rank)
-//	128  (unused: formerly an acknowledgement word, which the rank's
-//	     next publish makes redundant; see Mesh.Publish)
+//	0    box 0: the fast box of the rank's even-numbered flat ops (op k
+//	     uses box k%2, as it uses slot k%2), one cache line:
+//	     0 k u64 (the op's number: the rank published op k when box k%2
+//	     holds k or more) | 8 fingerprint hash u64 | 16 seq u64 |
+//	     24 payload length u64 | 32 payload, when it fits (at most
+//	     boxPayload bytes; see Mesh.Publish)
+//	128  box 1: the same for odd-numbered ops
 //	256  (unused)
 //	384  sleeping u32  set by the rank while it may block on its doorbell
 //	512  slot 0: 64-byte header (the op's fingerprint) + slot bytes
@@ -44,7 +48,7 @@ import (
 // the other end). A rank sleeps by reading its own through the Go
 // netpoller; whoever wakes it writes one byte. See "The wait policy".
 const (
-	grpMagic     = 0x52544752_50320000 // "RTGRP2" (doorbell FIFOs)
+	grpMagic     = 0x52544752_50330000 // "RTGRP3" (fast boxes)
 	grpHeadBytes = 4096
 	grpCtlBytes  = 512
 	// maxFlatRanks bounds the groups that get a group segment: every rank
@@ -61,10 +65,14 @@ func grpBytes(n, slot int) int { return grpHeadBytes + n*grpBlockBytes(slot) }
 
 // flatRank is one rank's block of the group segment.
 type flatRank struct {
-	seq      *atomic.Uint64
+	pub      [2]*atomic.Uint64 // box k%2's op number (k)
+	box      [2][]byte         // box k%2 after its op number (boxBytes)
 	sleeping *atomic.Uint32
 	slot     [2][]byte // header + payload
 }
+
+// published is the number of the last flat op rank r published.
+func (r *flatRank) published() uint64 { return max(r.pub[0].Load(), r.pub[1].Load()) }
 
 // ShmGroup is this rank's view of the group segment. Only the progress
 // goroutine uses k and the slots; wake may be called from any goroutine.
@@ -114,8 +122,10 @@ func GroupOver(mem []byte, n, slot, rank int) *ShmGroup {
 		u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[b+off])) }
 		s0 := b + grpCtlBytes
 		s1 := s0 + HeaderSize + slot
-		g.r[p] = flatRank{seq: u64(0), sleeping: (*atomic.Uint32)(unsafe.Pointer(&mem[b+384])),
-			slot: [2][]byte{mem[s0 : s0+HeaderSize+slot : s0+HeaderSize+slot], mem[s1 : s1+HeaderSize+slot : s1+HeaderSize+slot]}}
+		box := func(off int) []byte { return mem[b+off+8 : b+off+8+boxBytes : b+off+8+boxBytes] }
+		g.r[p] = flatRank{pub: [2]*atomic.Uint64{u64(0), u64(128)}, box: [2][]byte{box(0), box(128)},
+			sleeping: (*atomic.Uint32)(unsafe.Pointer(&mem[b+384])),
+			slot:     [2][]byte{mem[s0 : s0+HeaderSize+slot : s0+HeaderSize+slot], mem[s1 : s1+HeaderSize+slot : s1+HeaderSize+slot]}}
 	}
 	return g
 }

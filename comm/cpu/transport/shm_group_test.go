@@ -455,7 +455,7 @@ func tightMesh(t *testing.T) (*Mesh, *ShmGroup, *atomic.Uint64) {
 	m := NewMesh(0, 2, make([]Link, 2), c)
 	m.Grp = g0
 	m.Begin(OpCtx{FP: comm.Fingerprint{Op: comm.OpAllReduce, Count: 1, Seq: 1}})
-	return m, g0, g1.r[1].seq
+	return m, g0, g1.r[1].pub[1]
 }
 
 // TestSpinTight: a one-step op's wait first spins in a tight loop when
