@@ -30,7 +30,7 @@
 //     stores; ntcopy_amd64.s: the non-temporal copy.
 //   - shm_group.go, doorbell_linux.go, mesh_flat.go: the group segment of
 //     a group whose 2..MaxFlatRanks ranks share a host (per-rank
-//     double-buffered slots, sequence words, sleeping flags) and its
+//     double-buffered slots and fast boxes, sleeping flags) and its
 //     per-rank doorbell FIFOs, the wait policy (spin at most 50 µs, or
 //     yield when oversubscribed, then sleep on the doorbell through the
 //     Go netpoller in slices of 1-8 ms; docs/algorithms.md, "Waiting"),

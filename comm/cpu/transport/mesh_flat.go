@@ -15,7 +15,7 @@ const flatStep = 1 << 23
 // Publish implements Slots. Op k uses slot k%2 and box k%2, which op
 // k-2 used last: every peer must have finished reading them first. A
 // peer reads op k-2's before it publishes op k-1 (one goroutine, in
-// order), so it has once its box k-1%2 reached k-1. This rank saw every
+// order), so it has once its box (k-1)%2 reached k-1. This rank saw every
 // rank's reach k-1 if it completed op k-1 (m.fall, set by the op's first
 // peer Slot), the case of every op after a successful one: then it
 // checks nothing in shared memory, which saves a read of a line each
@@ -145,9 +145,9 @@ func boxMatches(b []byte, fph, seq uint64, n int) bool {
 
 // fpHash is a 64-bit hash of every field of fp but its seq (the box
 // carries the seq itself): group, epoch, op, dtype, reduce op, count,
-// root and shape, each mixed in with splitmix64's finalizer (mix64). Two ops that differ in
-// any of them agree on it with probability 2^-64; Slot relies on that
-// to check a peer's op from its box alone.
+// root and shape, each mixed in with splitmix64's finalizer (mix64).
+// Two ops that differ in any of them agree on it with probability
+// 2^-64; Slot relies on that to check a peer's op from its box alone.
 func fpHash(fp *comm.Fingerprint) uint64 {
 	h := fp.Group
 	for _, v := range [...]uint64{uint64(fp.Epoch)<<32 | uint64(uint32(fp.Root)),

@@ -35,7 +35,7 @@ func flatOp(m *Mesh, seq uint64) {
 // every peer has published op k+1, which a peer does after reading op k.
 // A rank that completed op k+1 has seen that and publishes op k+2 at
 // once; one that did not (its op k+1 ended before its wait, as a failed
-// op does) waits in Publish for the peers' sequence words, so that a peer
+// op does) waits in Publish for the peers' boxes, so that a peer
 // still reading op k's slot reads it intact.
 func TestFlatSlotReuse(t *testing.T) {
 	ms := flatPair(t)

@@ -442,8 +442,8 @@ func pending(t *testing.T, g *ShmGroup) int {
 }
 
 // tightMesh is rank 0's mesh over a 2-rank group segment, in an op
-// (allreduce, seq 1), with the group and rank 1's sequence word, which the
-// tests store to as rank 1 would publish.
+// (allreduce, seq 1), with the group and the op number of rank 1's box 1
+// (op 1's), which the tests store to as rank 1 would publish.
 func tightMesh(t *testing.T) (*Mesh, *ShmGroup, *atomic.Uint64) {
 	t.Helper()
 	if _, err := os.Stat("/dev/shm"); err != nil {
