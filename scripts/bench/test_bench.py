@@ -488,3 +488,56 @@ class SummarizeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ABSummaryTest(unittest.TestCase):
+    """scripts/bench/ab_summary.py: bench-ab.sh's runs classed by the host's state."""
+
+    @staticmethod
+    def rec(peer, rnd, run, c2c, b, mean):
+        return {"peer": peer, "round": rnd, "c2c_run": run, "c2c_ns": c2c, "bytes": b, "mean_us": mean}
+
+    def sample(self):
+        r = self.rec
+        return [
+            # round 1, near: b wins 4 B, a wins 64 B
+            r("a", 1, 1, 50, 4, 1.0), r("a", 1, 1, 50, 64, 1.5),
+            r("b", 1, 2, 60, 4, 0.9), r("b", 1, 2, 60, 64, 1.6),
+            # round 2: a near, b far (probe 150 = 3x the smallest, 50)
+            r("b", 2, 3, 150, 4, 2.0), r("b", 2, 3, 150, 64, 2.5),
+            r("a", 2, 4, 55, 4, 1.2), r("a", 2, 4, 55, 64, 1.4),
+            # round 3: only a (b's run failed): no winner counted
+            r("a", 3, 5, 52, 4, 0.8),
+        ]
+
+    def test_load_skips_runs_without_a_probe(self):
+        import ab_summary
+        lines = [json.dumps(self.rec("a", 1, 1, 50, 4, 1.0)), "",
+                 json.dumps(dict(self.rec("a", 1, 2, 0, 4, 1.0))),
+                 json.dumps({"peer": "a", "round": 1, "c2c_run": 3, "c2c_ns": 50, "bytes": 4})]
+        self.assertEqual(len(ab_summary.load(lines)), 1)
+
+    def test_classify_at_the_threshold(self):
+        import ab_summary
+        states = {(r["peer"], r["round"]): r["state"] for r in ab_summary.classify(self.sample())}
+        self.assertEqual(states[("b", 2)], "far")  # exactly FAR_C2C x the smallest
+        self.assertEqual(states[("a", 2)], "near")
+        self.assertEqual(states[("b", 1)], "near")
+
+    def test_wins_only_rounds_every_peer_ran(self):
+        import ab_summary
+        w = ab_summary.wins(self.sample(), ["a", "b"])
+        self.assertEqual(w[4], {"a": 1, "b": 1})  # round 1 b, round 2 a, round 3 incomplete
+        self.assertEqual(w[64], {"a": 2, "b": 0})
+
+    def test_markdown_medians_per_state(self):
+        import ab_summary
+        md = "\n".join(ab_summary.markdown(self.sample(), "t"))
+        near = md[md.index("### near"):md.index("### far")]
+        far = md[md.index("### far"):md.index("### rounds")]
+        self.assertIn("runs: a 3, b 1", near)
+        self.assertIn("| 4 B | 1.00 (0.80) | 0.90 (0.90) |", near)  # a: median of 1.0, 1.2, 0.8
+        self.assertIn("| 64 B | 1.45 (1.40) | 1.60 (1.60) |", near)
+        self.assertIn("| 4 B | - | 2.00 (2.00) |", far)
+        self.assertIn("| 64 B | 2 | 0 |", md)
+        self.assertIn("at least 3.0× the smallest (50 ns)", md)
