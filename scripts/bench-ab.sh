@@ -97,6 +97,6 @@ while ((SECONDS < end)); do
 	order=($(printf '%s\n' "${order[@]}" | tac))
 done
 log "$round rounds; summarizing"
-"$PY" "$BENCH/ab_summary.py" --title "$COLLECTIVE, $NPROC ranks, shm: this tree ($(git -C "$ROOT" rev-parse --short HEAD)) against $BASE_REV" \
+"$PY" "$BENCH/ab_summary.py" --title "$COLLECTIVE, $NPROC ranks, shm: this tree ($(git -C "$ROOT" describe --always --dirty)) against $BASE_REV" \
 	"$OUT/raw/records.jsonl" >"$OUT/results.md"
 log "wrote $OUT/results.md"

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/ranktree/ranktree/comm"
@@ -269,8 +270,20 @@ func launcher(ctx context.Context, g Group, cfg *Config, size int64) (Geometry, 
 
 // warmUp runs the warm-up before the first size: one allreduce of
 // cfg.WarmupBytes (a lap of the shm rings), then cfg.WarmupTime of 4-byte
-// allreduces. A one-rank group skips both.
+// allreduces (a one-rank group skips both). Last it collects the heap and
+// returns its free memory to the OS (debug.FreeOSMemory), as testing.B
+// collects before each benchmark: the garbage of the set-up (the lap's
+// buffer, Init's) otherwise set off a collection about half a second
+// after start, which fell into the first sizes' timed loops, and the
+// runtime's background scavenger would return the memory during them.
+// On the 2-core VM, 2026-11-27 23:02–23:07 UTC, 2 ranks over shm,
+// 1000 ops a size as bench-compare.sh runs them, 240 alternating rounds
+// of scripts/bench-ab.sh against the build without it, near state
+// (about 200 runs each), mean µs per op, median over runs: 4 B 0.78
+// against 0.85, 8–32 B 0.74–0.76 against 0.79; it won 155 of the 240
+// rounds at 4 B and 135–137 at 8–32 B.
 func warmUp(ctx context.Context, g Group, cfg *Config) error {
+	defer debug.FreeOSMemory()
 	if g.Size() < 2 {
 		return nil
 	}

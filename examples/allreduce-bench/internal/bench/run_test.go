@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -380,5 +381,21 @@ func TestMonoNow(t *testing.T) {
 	}
 	if d := time.Now().UnixNano() - MonoNow().UnixNano(); d < -int64(time.Millisecond) || d > int64(time.Millisecond) {
 		t.Fatalf("MonoNow's wall clock is %v ns from time.Now's", d)
+	}
+}
+
+// TestRunCollectsAfterWarmUp: Run collects the heap once before the first
+// size (debug.FreeOSMemory, a forced collection), so that the set-up's
+// garbage is not collected inside a timed loop.
+func TestRunCollectsAfterWarmUp(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cfg := Config{Collective: AllReduce, Sizes: []int64{4}, Iters: 1, WarmupBytes: -1, WarmupTime: -1, Now: fakeClock([]time.Duration{time.Microsecond})}
+	if err := Run(context.Background(), &fakeGroup{size: 2}, cfg, func(Result) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if after.NumForcedGC == before.NumForcedGC {
+		t.Error("no forced collection between the warm-up and the first size")
 	}
 }
