@@ -273,9 +273,9 @@ func launcher(ctx context.Context, g Group, cfg *Config, size int64) (Geometry, 
 // allreduces (a one-rank group skips both). Last it collects the heap and
 // returns its free memory to the OS (debug.FreeOSMemory), as testing.B
 // collects before each benchmark: the garbage of the set-up (the lap's
-// buffer, Init's) otherwise set off a collection about half a second
-// after start, which fell into the first sizes' timed loops, and the
-// runtime's background scavenger would return the memory during them.
+// buffer, Init's) otherwise sets off a collection about half a second
+// after start, which can fall into the first sizes' timed loops, where
+// the runtime's background scavenger would also return the memory.
 // On the 2-core VM, 2026-11-27 23:02–23:07 UTC, 2 ranks over shm,
 // 1000 ops a size as bench-compare.sh runs them, 240 alternating rounds
 // of scripts/bench-ab.sh against the build without it, near state
