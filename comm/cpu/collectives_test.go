@@ -91,6 +91,7 @@ func TestBroadcastChainShm(t *testing.T) {
 			for _, e := range g.engines {
 				e.slotBroadcastMin = math.MaxInt // the slots would take the large ones
 			}
+			noBroadcastCMA(g)  // the single copy would take the middle ones
 			const big = 300001 // 1.2 MB: the chain at 4 ranks too (chainMin4)
 			if e := g.engines[0]; !e.useChain(big*4) || e.useSlots(big*4) {
 				t.Fatal("the engine would not use the chain")
@@ -101,6 +102,15 @@ func TestBroadcastChainShm(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// noBroadcastCMA keeps g's broadcasts off the single copy, which
+// three ranks take from 64 KiB to 1 MiB (TestBroadcastCMA), so that a
+// test reaches the algorithm it checks.
+func noBroadcastCMA(g *group) {
+	for _, e := range g.engines {
+		e.bcastCMA = [2]int{1, 0}
 	}
 }
 
@@ -115,6 +125,7 @@ func TestBroadcastSlots(t *testing.T) {
 		for _, n := range []int{3, 4} {
 			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
 				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: 1024, SlotBytes: 4096, ShmRingBytes: 64 << 10})
+				noBroadcastCMA(g)
 				e := g.engines[0]
 				lo := slotBroadcastMinFor(n)
 				if e.opts.SlotBytes != 4096 || !e.useSlots(lo) || e.useSlots(lo-4) {
@@ -156,6 +167,7 @@ func TestBroadcastSlotsMismatch(t *testing.T) {
 		for _, c := range cases {
 			t.Run(tr+"/"+c.name, func(t *testing.T) {
 				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: 1024, SlotBytes: 4096, ShmRingBytes: 64 << 10})
+				noBroadcastCMA(g)
 				works := make([]*comm.Work, n)
 				start := time.Now()
 				for r, e := range g.engines {

@@ -46,7 +46,10 @@ type Engine struct {
 	// slots in rounds (useSlotBroadcast): slotBroadcastMinFor(size),
 	// which tests raise to keep the chain.
 	slotBroadcastMin int
-	wg               sync.WaitGroup // transport helper goroutines that touch shm memory
+	// bcastCMA is the range of broadcast sizes that take the single copy
+	// (useBroadcastCMA): broadcastCMAWindow(size), which tests move.
+	bcastCMA [2]int
+	wg       sync.WaitGroup // transport helper goroutines that touch shm memory
 
 	qmu     sync.Mutex
 	queue   []task
@@ -118,7 +121,8 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	e := &Engine{
 		cfg: cfg, opts: opts, ctl: transport.NewCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
 		kick: time.NewTimer(time.Hour), slotBroadcastMin: slotBroadcastMinFor(cfg.Size), cma: newCMASide(),
-		log: cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
+		bcastCMA: broadcastCMAWindow(cfg.Size),
+		log:      cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
 	e.kick.Stop()
 	e.acks = make(chan struct{}, cfg.Size)

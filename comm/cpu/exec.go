@@ -47,6 +47,16 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 		return e.allReduce(op)
 	case comm.OpBroadcast:
 		buf := op.In[0].Bytes()
+		if e.useBroadcastCMA(len(buf)) {
+			err := broadcastCMA(m, buf, op.Root, &e.cma)
+			if !errors.Is(err, errCMAFailed) {
+				return err
+			}
+			// Every rank saw the failure and checked every rank's
+			// fingerprint (broadcastCMA): all move this op's data
+			// another way, with no agreement first, and from now on.
+			e.noCMA(err)
+		}
 		if e.useFlat(len(buf)) {
 			return broadcastFlat(m, buf, op.Root)
 		}
@@ -82,8 +92,7 @@ func (e *Engine) execData(op *comm.Op, pr *comm.Promise) error {
 			// Every rank saw the failure (allgatherCMA), its own block
 			// copied: all move this op's data through the rings and use
 			// them from now on.
-			e.cmaOff = true
-			e.log.Warn().Err(err).Msg("cpu engine: cross-memory attach failed; single-copy transfers off for this group")
+			e.noCMA(err)
 		} else {
 			copy(blocks[r], in.Bytes())
 			if op.Type == comm.OpAllGather && (e.useFlat(total) || e.useFlatRounds(total)) {
@@ -312,9 +321,9 @@ func (e *Engine) useSlotBroadcast(nbytes int) bool {
 }
 
 // useSlots reports whether a broadcast of nbytes goes through the
-// slots, in one step or in rounds.
+// slots: in one step, in rounds, or to set up the single copy.
 func (e *Engine) useSlots(nbytes int) bool {
-	return e.useFlat(nbytes) || e.useSlotBroadcast(nbytes)
+	return e.useFlat(nbytes) || e.useSlotBroadcast(nbytes) || e.useBroadcastCMA(nbytes)
 }
 
 // slotBroadcastMinFor is the smallest broadcast among n ranks that goes
@@ -355,6 +364,54 @@ func (e *Engine) useFlatRounds(nbytes int) bool {
 func (e *Engine) useCMA(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && !e.cmaOff && e.mesh.Size() == 2 &&
 		e.opts.SingleCopyMin > 0 && nbytes >= e.opts.SingleCopyMin
+}
+
+// noCMA turns the single-copy transfers off for this group after one
+// failed (err, a *cmaError, which every rank returned for the same op).
+func (e *Engine) noCMA(err error) {
+	e.cmaOff = true
+	e.log.Warn().Err(err).Msg("cpu engine: cross-memory attach failed; single-copy transfers off for this group")
+}
+
+// useBroadcastCMA selects the single-copy broadcast (broadcastCMA) for
+// a broadcast of nbytes among ranks on this host over shm (the group
+// segment exists), from e.bcastCMA[0] to e.bcastCMA[1]
+// (broadcastCMAWindow: three ranks only), unless cross-memory attach is
+// off (Options.SingleCopyMin negative, or a read failed: cmaOff). Every
+// input is the same on every rank that launched the same op (cmaOff
+// changes on every rank for the same op), so all choose alike.
+func (e *Engine) useBroadcastCMA(nbytes int) bool {
+	return e.grp != nil && !e.inCoalesced && !e.cmaOff && e.opts.SingleCopyMin > 0 &&
+		nbytes >= e.bcastCMA[0] && nbytes <= e.bcastCMA[1]
+}
+
+// broadcastCMAWindow is the range of broadcast sizes, in bytes, that
+// take the single copy among n ranks (useBroadcastCMA): 64 KiB to 1 MiB
+// with three ranks, none (an empty range) otherwise. Measured on the
+// 2-core VM, 2026-11-28, mean µs per op; "before" is what it replaces
+// (the one-step broadcast to 128 KiB, then the chain, from 512 KiB the
+// slots in rounds; at four ranks scatter + allgather from 256 KiB to
+// 1 MiB, where the slots take over).
+//
+// Three ranks, bench-ab (152 and 147 runs in the near state, median
+// over runs), single copy / before: 64 KiB 18.7 / 20.4, 128 KiB 24.6 /
+// 33.8, 256 KiB 39.0 / 45.3, 512 KiB 63.5 / 86.6, 1 MiB 115.7 / 127.4.
+// Beyond, the kernel's copy (about 9 GB/s here: it pins each 4 KiB page
+// of the root's buffer) loses to the chain's, which forwards each piece
+// from the cache (3 rounds: 2 MiB 187 / 161, 16 MiB 2508 / 1324).
+//
+// Four ranks, bench-ab (120 and 110 runs): slower at every size, three
+// readers sharing two CPUs and the root's pages: 64 KiB 30.4 / 23.3,
+// 256 KiB 62.3 / 62.1, 512 KiB 107.1 / 96.8, 1 MiB 208.4 / 141.2. Two
+// ranks, 3 rounds: the pair's pipelined copy through its rings keeps
+// both CPUs busy where a single reader keeps one, 256 KiB 18.2 / 13.9,
+// 1 MiB 79.1 / 42.7, 64 MiB 7217 / 3598. More than four ranks were not
+// measured (the machine has 2 cores) and do not take it.
+func broadcastCMAWindow(n int) [2]int {
+	if n != 3 {
+		return [2]int{1, 0}
+	}
+	return [2]int{64 << 10, 1 << 20}
 }
 
 // flatRoundsMax is the largest allgather (bytes gathered) that goes

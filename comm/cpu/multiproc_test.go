@@ -159,7 +159,7 @@ func TestMultiProcRank(t *testing.T) {
 		counts = []int{1, 1} // both one-step (allreduce_flat.go)
 	}
 	for seq, count := range counts {
-		if mode != "ok" && seq == 1 {
+		if mode != "ok" && mode != "bcast" && seq == 1 {
 			if (mode == "death" || mode == "deathflat") && rank == 1 {
 				os.Exit(7) // die without a word, mid-job
 			}
@@ -181,6 +181,10 @@ func TestMultiProcRank(t *testing.T) {
 		if data[0] != want || data[count-1] != want {
 			t.Fatalf("rank %d: got %v, want %v", rank, data[0], want)
 		}
+	}
+	if mode == "bcast" {
+		mpBroadcastCMA(t, e, uint64(len(counts)+1))
+		return
 	}
 	if tr == TransportSHM {
 		// An allgather through cross-memory attach between the two
@@ -210,10 +214,37 @@ func TestMultiProcRank(t *testing.T) {
 	fmt.Println("RANK-RESULT ok")
 }
 
+// mpBroadcastCMA is a rank process's part of TestMultiProcess's bcast
+// mode: a 256 KiB broadcast from rank 1 among three processes, through
+// cross-memory attach (broadcast_cma.go), checked on every rank.
+func mpBroadcastCMA(t *testing.T, e *Engine, seq uint64) {
+	const c = 65_537
+	buf := make([]float32, c)
+	if e.cfg.Rank == 1 {
+		for i := range buf {
+			buf[i] = float32(3*i + 1)
+		}
+	}
+	fp := comm.Fingerprint{Group: comm.GroupHash("mp"), Seq: seq, Op: comm.OpBroadcast, DType: comm.Float32, Count: c, Root: 1}
+	w := launch(e, &comm.Op{FP: fp, Type: comm.OpBroadcast, Root: 1, In: []comm.Buffer{comm.HostBuffer(buf)}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := w.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range buf {
+		if v != float32(3*i+1) {
+			t.Fatalf("rank %d: broadcast elem %d = %v, want %d", e.cfg.Rank, i, v, 3*i+1)
+		}
+	}
+	fmt.Printf("RANK-CMA single-copy=%v\n", e.useBroadcastCMA(c*4))
+	fmt.Println("RANK-RESULT ok")
+}
+
 // TestMultiProcess runs ranks as real processes (the test binary re-executed,
 // as Gloo's test/multiproc_test.h): allreduce over shm and tcp across
-// processes, and an allgather by cross-memory attach between them over
-// shm; a rank that dies mid-job, and one that hits an injected crash
+// processes, an allgather by cross-memory attach between two of them and
+// a broadcast by it among three (bcast) over shm; a rank that dies mid-job, and one that hits an injected crash
 // fault (exit code 3), give the survivor a *comm.TransportError; so does
 // one that dies while its peer waits in a one-step shared-memory op
 // (deathflat).
@@ -221,9 +252,13 @@ func TestMultiProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	for _, c := range []struct{ mode, tr string }{{"ok", TransportSHM}, {"ok", TransportTCP}, {"death", TransportSHM}, {"deathflat", TransportSHM}, {"crash", TransportTCP}} {
+	for _, c := range []struct{ mode, tr string }{{"ok", TransportSHM}, {"ok", TransportTCP}, {"death", TransportSHM},
+		{"deathflat", TransportSHM}, {"crash", TransportTCP}, {"bcast", TransportSHM}} {
 		t.Run(c.mode+"/"+c.tr, func(t *testing.T) {
-			const size = 2
+			size := 2
+			if c.mode == "bcast" {
+				size = 3
+			}
 			dir := t.TempDir()
 			cmds := make([]*exec.Cmd, size)
 			outs := make([]*strings.Builder, size)
@@ -252,19 +287,19 @@ func TestMultiProcess(t *testing.T) {
 				}
 			}
 			want := "RANK-RESULT ok"
-			if c.mode != "ok" {
+			if c.mode != "ok" && c.mode != "bcast" {
 				want = "RANK-RESULT transport-error"
 			}
 			if !strings.Contains(outs[0].String(), want) {
 				t.Fatalf("rank 0 output lacks %q:\n%s", want, outs[0])
 			}
-			if c.mode == "ok" && c.tr == TransportSHM {
+			if c.mode == "ok" && c.tr == TransportSHM || c.mode == "bcast" {
 				for r := range size {
-					// The allgather went through cross-memory attach,
-					// which still serves the group: no rank's reads
-					// failed.
+					// The allgather or the broadcast went through
+					// cross-memory attach, which still serves the
+					// group: no rank's reads failed.
 					if !strings.Contains(outs[r].String(), "RANK-CMA single-copy=true") {
-						t.Fatalf("rank %d did not gather through cross-memory attach:\n%s", r, outs[r])
+						t.Fatalf("rank %d did not %s through cross-memory attach:\n%s", r, c.mode, outs[r])
 					}
 				}
 			}

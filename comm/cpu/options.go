@@ -97,7 +97,9 @@ type Options struct {
 	// block straight from the peer's memory, one copy instead of two
 	// through a shared-memory ring, as Open MPI's shared-memory BTL does
 	// with its CMA single-copy mechanism. Default (0): 2 MiB
-	// (singleCopyDefault); negative disables it. It needs the group
+	// (singleCopyDefault); negative disables it, and with it the
+	// single-copy broadcast that three ranks on this host use from 64 KiB
+	// to 1 MiB (broadcast_cma.go). It needs the group
 	// segment (FlatThreshold not disabled, every rank over shm). If a
 	// read fails on any rank (a kernel without CMA, ptrace restrictions
 	// between the processes, processes in different pid namespaces),
