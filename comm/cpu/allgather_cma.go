@@ -33,17 +33,11 @@ import (
 // with its own block in place, and the engine moves the data another way.
 func allgatherCMA(s Slots, blocks [][]byte, mine []byte, c *cmaSide) error {
 	r, n := s.Rank(), s.Size()
-	var desc [cmaDescBytes]byte
-	binary.LittleEndian.PutUint64(desc[0:], uint64(os.Getpid()))
-	binary.LittleEndian.PutUint64(desc[8:], uint64(uintptr(unsafe.Pointer(&c.token[0]))))
-	binary.LittleEndian.PutUint64(desc[16:], c.token[0])
-	binary.LittleEndian.PutUint64(desc[24:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mine)))))
-	binary.LittleEndian.PutUint64(desc[32:], uint64(len(mine)))
+	desc := c.describe(mine)
 	if err := s.Publish(desc[:]); err != nil {
 		return err
 	}
 	copyOwnBlock(blocks[r], mine)
-	status := [1]byte{cmaOK}
 	var readErr error
 	for p := range n {
 		if p == r || readErr != nil {
@@ -53,26 +47,53 @@ func allgatherCMA(s Slots, blocks [][]byte, mine []byte, c *cmaSide) error {
 		if err != nil {
 			return err
 		}
-		pid := int(binary.LittleEndian.Uint64(d[0:]))
-		tokAddr := uintptr(binary.LittleEndian.Uint64(d[8:]))
-		token := binary.LittleEndian.Uint64(d[16:])
-		addr := uintptr(binary.LittleEndian.Uint64(d[24:]))
-		if l := binary.LittleEndian.Uint64(d[32:]); l != uint64(len(blocks[p])) {
-			// The fingerprints matched (Slot checks them), so the
-			// blocks' lengths do too; a different one is a bug.
-			readErr = fmt.Errorf("rank %d published a %d-byte block, this rank expects %d", p, l, len(blocks[p]))
-		} else {
-			readErr = c.readBlock(pid, tokAddr, token, addr, blocks[p])
-		}
-		if readErr != nil {
-			status[0] = cmaFailed
-		}
+		// The fingerprints matched (Slot checks them), so the blocks'
+		// lengths do too; a different one is a bug.
+		readErr = c.readDescribed(d, blocks[p], p)
+	}
+	return cmaSettle(s, readErr)
+}
+
+// describe is the descriptor (cmaDescBytes) of buf that a rank publishes
+// for its peers to read buf by cross-memory attach (readDescribed): this
+// process's id, the address and value of its token, buf's address and
+// length (uint64 each, little-endian).
+func (c *cmaSide) describe(buf []byte) [cmaDescBytes]byte {
+	var d [cmaDescBytes]byte
+	binary.LittleEndian.PutUint64(d[0:], uint64(os.Getpid()))
+	binary.LittleEndian.PutUint64(d[8:], uint64(uintptr(unsafe.Pointer(&c.token[0]))))
+	binary.LittleEndian.PutUint64(d[16:], c.token[0])
+	binary.LittleEndian.PutUint64(d[24:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+	binary.LittleEndian.PutUint64(d[32:], uint64(len(buf)))
+	return d
+}
+
+// readDescribed reads into dst the buffer that rank p described in d
+// (describe), whose length must be len(dst).
+func (c *cmaSide) readDescribed(d, dst []byte, p int) error {
+	if l := binary.LittleEndian.Uint64(d[32:]); l != uint64(len(dst)) {
+		return fmt.Errorf("rank %d published a %d-byte buffer, this rank expects %d", p, l, len(dst))
+	}
+	return c.readBlock(int(binary.LittleEndian.Uint64(d[0:])), uintptr(binary.LittleEndian.Uint64(d[8:])),
+		binary.LittleEndian.Uint64(d[16:]), uintptr(binary.LittleEndian.Uint64(d[24:])), dst)
+}
+
+// cmaSettle is a single-copy op's second step: every rank publishes
+// whether its reads succeeded (readErr nil) and waits for every rank's
+// word, so that no rank returns, and lets its buffer change, while a
+// peer still reads it. All learn every rank's word, so they agree: if any
+// rank's reads failed, every rank returns a *cmaError naming the first
+// such rank (errCMAFailed), and the engine moves the data another way.
+func cmaSettle(s Slots, readErr error) error {
+	status := [1]byte{cmaOK}
+	if readErr != nil {
+		status[0] = cmaFailed
 	}
 	if err := s.Publish(status[:]); err != nil {
 		return err
 	}
 	failed := -1
-	for p := range n {
+	for p := range s.Size() {
 		st, err := s.Slot(p, 1)
 		if err != nil {
 			return err

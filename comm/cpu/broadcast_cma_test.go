@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"testing"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -93,43 +92,23 @@ func TestBroadcastCMAFallback(t *testing.T) {
 func TestBroadcastCMAMismatch(t *testing.T) {
 	const n = 3
 	count := broadcastCMAWindow(n)[0]/4 + 1000
-	type side struct {
-		typ   comm.OpType
-		count int
-		root  int
-	}
-	bc := side{comm.OpBroadcast, count, 0}
+	bc := oneOp{comm.OpBroadcast, count, 0}
 	cases := []struct {
 		name string
-		odd  side // what rank 1 launches; the others launch bc
-		off  bool // rank 1 has the single copy off
+		odd  oneOp // what rank 1 launches; the others launch bc
+		off  bool  // rank 1 has the single copy off
 	}{
-		{"count", side{comm.OpBroadcast, count + 4096, 0}, false},
-		{"root", side{comm.OpBroadcast, count, 2}, false},
+		{"count", oneOp{comm.OpBroadcast, count + 4096, 0}, false},
+		{"root", oneOp{comm.OpBroadcast, count, 2}, false},
 		{"single copy off", bc, true},
-		{"allreduce", side{comm.OpAllReduce, count, -1}, false},
+		{"allreduce", oneOp{comm.OpAllReduce, count, -1}, false},
 	}
 	for _, tr := range []string{TransportSHM, TransportInmem} {
 		for _, c := range cases {
 			t.Run(tr+"/"+c.name, func(t *testing.T) {
 				g := newGroup(t, n, Options{Transport: tr})
 				g.engines[1].cmaOff = c.off
-				works := make([]*comm.Work, n)
-				start := time.Now()
-				for r, e := range g.engines {
-					s := bc
-					if r == 1 {
-						s = c.odd
-					}
-					buf := comm.NewHostBuffer(comm.Float32, s.count)
-					fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 3, Op: s.typ, DType: comm.Float32, Count: int64(s.count), Root: int32(s.root)}
-					op := &comm.Op{FP: fp, Type: s.typ, Root: s.root, In: []comm.Buffer{buf}}
-					if s.typ == comm.OpAllReduce {
-						op.Reduce, op.FP.RedOp = comm.Sum, comm.Sum.Type()
-					}
-					works[r] = launch(e, op)
-				}
-				expectMismatch(t, works, start)
+				expectOddMismatch(t, g, bc, c.odd)
 			})
 		}
 	}

@@ -149,44 +149,55 @@ func TestBroadcastSlots(t *testing.T) {
 func TestBroadcastSlotsMismatch(t *testing.T) {
 	const n = 3
 	count := slotBroadcastMinFor(n)/4 + 100
-	type side struct {
-		typ   comm.OpType
-		count int
-		root  int
-	}
-	bc := side{comm.OpBroadcast, count, 0}
+	bc := oneOp{comm.OpBroadcast, count, 0}
 	cases := []struct {
 		name string
-		odd  side // what rank 1 launches; the others launch bc
+		odd  oneOp // what rank 1 launches; the others launch bc
 	}{
-		{"count", side{comm.OpBroadcast, count + 2048, 0}},
-		{"root", side{comm.OpBroadcast, count, 1}},
-		{"allreduce", side{comm.OpAllReduce, count, -1}},
+		{"count", oneOp{comm.OpBroadcast, count + 2048, 0}},
+		{"root", oneOp{comm.OpBroadcast, count, 1}},
+		{"allreduce", oneOp{comm.OpAllReduce, count, -1}},
 	}
 	for _, tr := range []string{TransportSHM, TransportInmem} {
 		for _, c := range cases {
 			t.Run(tr+"/"+c.name, func(t *testing.T) {
 				g := newGroup(t, n, Options{Transport: tr, FlatThreshold: 1024, SlotBytes: 4096, ShmRingBytes: 64 << 10})
 				noBroadcastCMA(g)
-				works := make([]*comm.Work, n)
-				start := time.Now()
-				for r, e := range g.engines {
-					s := bc
-					if r == 1 {
-						s = c.odd
-					}
-					buf := comm.NewHostBuffer(comm.Float32, s.count)
-					fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 3, Op: s.typ, DType: comm.Float32, Count: int64(s.count), Root: int32(s.root)}
-					op := &comm.Op{FP: fp, Type: s.typ, Root: s.root, In: []comm.Buffer{buf}}
-					if s.typ == comm.OpAllReduce {
-						op.Reduce, op.FP.RedOp = comm.Sum, comm.Sum.Type()
-					}
-					works[r] = launch(e, op)
-				}
-				expectMismatch(t, works, start)
+				expectOddMismatch(t, g, bc, c.odd)
 			})
 		}
 	}
+}
+
+// oneOp is a float32 broadcast or sum allreduce (root -1) of count
+// elements, for expectOddMismatch.
+type oneOp struct {
+	typ   comm.OpType
+	count int
+	root  int
+}
+
+// expectOddMismatch launches odd on rank 1 of g and op on every other
+// rank, all at seq 3, and expects every rank to fail with ErrMismatch
+// within a second (expectMismatch).
+func expectOddMismatch(t *testing.T, g *group, op, odd oneOp) {
+	t.Helper()
+	works := make([]*comm.Work, len(g.engines))
+	start := time.Now()
+	for r, e := range g.engines {
+		s := op
+		if r == 1 {
+			s = odd
+		}
+		buf := comm.NewHostBuffer(comm.Float32, s.count)
+		fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 3, Op: s.typ, DType: comm.Float32, Count: int64(s.count), Root: int32(s.root)}
+		o := &comm.Op{FP: fp, Type: s.typ, Root: s.root, In: []comm.Buffer{buf}}
+		if s.typ == comm.OpAllReduce {
+			o.Reduce, o.FP.RedOp = comm.Sum, comm.Sum.Type()
+		}
+		works[r] = launch(e, o)
+	}
+	expectMismatch(t, works, start)
 }
 
 // TestAllGatherFlatRoundsShm: an allgather larger than the one-step
