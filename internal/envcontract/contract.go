@@ -137,7 +137,7 @@ type CPU struct {
 	// SingleCopyMin is RANKTREE_SINGLE_COPY_MIN: the smallest allgather
 	// (bytes gathered) between two ranks that moves by cross-memory
 	// attach, cpu.Options.SingleCopyMin (0: the engine's default, -1:
-	// off).
+	// off, and with it the three-rank single-copy broadcast).
 	SingleCopyMin int
 	// SlotAllReduceMax is RANKTREE_SLOT_ALLREDUCE_MAX: the largest
 	// allreduce in bytes that three or more ranks on one host move
