@@ -456,6 +456,17 @@ class SummarizeTest(unittest.TestCase):
         md = summarize.markdown(res)
         self.assertIn("| openmpi | 4 B | 100.0 (100.2) | 70.0 (1.00-90.0) | 3.00 | 55.0 | 1 |", md)
         self.assertIn("Open MPI's rows: mpi_allreduce.py --late-rank", md)
+        # sizes above GOAL15_LATE_MAX_BYTES are listed but not judged
+        big = late + [dict(late[0], req_bytes=64 << 20, bytes=64 << 20, wait_cpu_pct=61.0, wake_us=8000.0)]
+        res = summarize.build({"world_size": 2}, recs, None, late=big)
+        g = {x["goal"]: x for x in res["goals15"]}
+        x = g["late rank (5000 us): waiting rank returns <= 20 us after its arrival"]
+        self.assertEqual((x["value"], x["met"]), ("worst 30.0 us at 4 KiB (median over iterations); sizes above 64 KiB not judged "
+                                                  "(the op's own transfer is in the figures)", False))
+        self.assertIn("| ranktree | 64 MiB | 61.0", summarize.markdown(res))
+        g = {x["goal"]: x for x in summarize.build({"world_size": 2}, recs, None, late=big[2:])["goals15"]}
+        x = g["late rank (5000 us): waiting rank's CPU <= 10% of a core"]
+        self.assertEqual((x["value"], x["met"]), ("no size up to 64 KiB measured", None))
         # one round: stability cannot be judged
         one = [r for r in recs if r["round"] == 0]
         g = {x["goal"]: x for x in summarize.build({"world_size": 2}, one, None)["goals15"]}
