@@ -400,9 +400,10 @@ func (e *Engine) useBroadcastCMA(nbytes int) bool {
 // of the root's buffer) loses to the chain's, which forwards each piece
 // from the cache (3 rounds: 2 MiB 187 / 161, 16 MiB 2508 / 1324).
 //
-// Four ranks, bench-ab (120 and 110 runs): slower at every size, three
-// readers sharing two CPUs and the root's pages: 64 KiB 30.4 / 23.3,
-// 256 KiB 62.3 / 62.1, 512 KiB 107.1 / 96.8, 1 MiB 208.4 / 141.2. Two
+// Four ranks, bench-ab (120 and 110 runs): slower at every size but
+// 256 KiB, where it was level, three readers sharing two CPUs and the
+// root's pages: 64 KiB 30.4 / 23.3, 256 KiB 62.3 / 62.1, 512 KiB 107.1
+// / 96.8, 1 MiB 208.4 / 141.2. Two
 // ranks, 3 rounds: the pair's pipelined copy through its rings keeps
 // both CPUs busy where a single reader keeps one, 256 KiB 18.2 / 13.9,
 // 1 MiB 79.1 / 42.7, 64 MiB 7217 / 3598. More than four ranks were not
