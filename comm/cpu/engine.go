@@ -70,6 +70,9 @@ type Engine struct {
 	kickSet          bool
 	kick             *time.Timer // bounds a lazy start (lazyGrace)
 
+	// earlyOps counts the ops whose slot Launch published (publishEarly).
+	earlyOps atomic.Uint64
+
 	fatal  fatalBox      // first fatal error (mismatch, transport, notice)
 	curSeq atomic.Uint64 // seq of the collective the stream runs or ran last
 	opSeq  atomic.Uint64 // seq of the collective the stream runs, or opP2P
@@ -220,6 +223,9 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	}
 	pr.SetInline(e)
 	e.qmu.Lock()
+	if len(e.queue) == 0 && !e.running {
+		e.publishEarly(op)
+	}
 	e.queue = append(e.queue, task{op, pr})
 	wake, arm := false, false
 	if e.parked && !e.running {
@@ -240,6 +246,53 @@ func (e *Engine) Launch(op *comm.Op, pr *comm.Promise) {
 	if wake {
 		e.wake()
 	}
+}
+
+// publishEarly publishes a one-step op's slot at its launch onto an idle
+// stream (transport.Mesh.PublishEarly), under qmu, so that the op's peers
+// see it before this rank's Wait runs the op (or the progress goroutine
+// does): a rank that arrives last at a small allreduce or broadcast no
+// longer makes the ranks that wait for it wait through its launch path
+// as well. The op's run then starts from the published slot. Only an op
+// whose run would publish exactly this first (earlyPayload) qualifies,
+// and only while the engine has recorded no failure and injects no
+// faults, the checks its run makes before it starts; a failure recorded
+// between the two fails the op as one recorded while it runs.
+func (e *Engine) publishEarly(op *comm.Op) {
+	if e.grp == nil || len(e.cfg.Faults) > 0 || e.fatal.get() != nil || e.ctl.Stopped.Load() {
+		return
+	}
+	if payload, ok := e.earlyPayload(op); ok && e.mesh.PublishEarly(opContext(op), payload) {
+		e.earlyOps.Add(1)
+	}
+}
+
+// earlyPayload is what op's run publishes first, if it begins with a
+// one-step Publish: a one-step allreduce (allReduce: its input, unless a
+// PreMulSum scales it first) or broadcast (execData: the root's buffer,
+// nothing from the others). Every condition is one exec and execData
+// test on the way to those algorithms.
+func (e *Engine) earlyPayload(op *comm.Op) ([]byte, bool) {
+	if e.mesh.Size() < 2 || len(op.In) != 1 {
+		return nil, false
+	}
+	buf := op.In[0].Bytes()
+	switch op.Type {
+	case comm.OpAllReduce:
+		if opContext(op).Red.Type() == comm.RedPreMulSum || !e.useFlat(len(buf)) {
+			return nil, false
+		}
+		return buf, true
+	case comm.OpBroadcast:
+		if e.useBroadcastCMA(len(buf)) || !e.useFlat(len(buf)) {
+			return nil, false
+		}
+		if e.mesh.Rank() != op.Root {
+			buf = buf[:0]
+		}
+		return buf, true
+	}
+	return nil, false
 }
 
 // lazyGrace is how long a small op launched onto an idle stream may wait

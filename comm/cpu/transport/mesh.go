@@ -47,6 +47,11 @@ type Mesh struct {
 	// fall is the last one-step op for which every rank's slot was
 	// awaited (mesh_flat.go).
 	fall uint64
+	// early is the one-step op number PublishEarly published ahead of
+	// the op's run, and earlyData the payload it published (its start and
+	// length), until the op's own Publish takes it; 0 when none.
+	early     uint64
+	earlyData []byte
 
 	// sh and rh are the headers of the message being sent and received.
 	// They live here, not on the stack, because links take them by pointer
@@ -111,6 +116,11 @@ func (m *Mesh) Size() int { return m.size }
 // Begin sets the op whose messages Send and Recv exchange (and whose
 // waits the group segment's forecast keys, shm_forecast.go).
 func (m *Mesh) Begin(o OpCtx) {
+	if m.early != 0 && o.FP != m.Cur.FP {
+		// The op published early never ran (its engine failed it before
+		// it started): its slot stays counted, and the group is broken.
+		m.early, m.earlyData = 0, nil
+	}
 	m.Cur = o
 	if m.Grp != nil {
 		m.Grp.beginOp(&o.FP)

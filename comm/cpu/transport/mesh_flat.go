@@ -33,6 +33,9 @@ const flatStep = 1 << 23
 // transfer between the cores, on every op).
 func (m *Mesh) Publish(payload []byte) error {
 	g := m.Grp
+	if m.early != 0 {
+		return m.takeEarly(payload)
+	}
 	if len(payload) > g.slotBytes {
 		return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP,
 			Msg: fmt.Sprintf("internal error: %d bytes for a %d-byte shm slot", len(payload), g.slotBytes)}
@@ -69,6 +72,45 @@ func (m *Mesh) Publish(payload []byte) error {
 		m.wakePeers()
 	}
 	return nil
+}
+
+// PublishEarly begins op o and publishes payload as its one-step slot
+// (Publish) ahead of the op's run, if that needs no wait: the launch of a
+// small op on an idle stream (Engine.Launch) puts its slot where the peers
+// see it before the launching rank goes through its bookkeeping, so that
+// a peer that waits for this rank (one that arrived first) goes on
+// sooner. The op's run later calls Begin and Publish with the same op and
+// payload as usual; that Publish only checks that they are what was
+// published (takeEarly). It reports whether it published: not when the
+// mesh has no group segment, the payload does not fit a slot, or the
+// slot's previous use may still be read by a peer (Publish would wait).
+// The caller owns the mesh (the stream is idle) and must run the op next.
+func (m *Mesh) PublishEarly(o OpCtx, payload []byte) bool {
+	g := m.Grp
+	if g == nil || len(payload) > g.slotBytes {
+		return false
+	}
+	if k := g.K + 1; k > 2 && m.fall+1 < k {
+		return false
+	}
+	m.Begin(o)
+	if err := m.Publish(payload); err != nil {
+		return false // unreachable: it fits and needs no wait
+	}
+	m.early, m.earlyData = g.K, payload
+	return true
+}
+
+// takeEarly is Publish for the op PublishEarly published: payload must be
+// the bytes published then, and the op the current one.
+func (m *Mesh) takeEarly(payload []byte) error {
+	k, d := m.early, m.earlyData
+	m.early, m.earlyData = 0, nil
+	if k == m.Grp.K && len(payload) == len(d) && (len(d) == 0 || &payload[0] == &d[0]) {
+		return nil
+	}
+	return &comm.EngineError{Engine: "cpu", Rank: m.rank, FP: m.Cur.FP,
+		Msg: fmt.Sprintf("internal error: the op's slot was published early with %d bytes, its run publishes %d", len(d), len(payload))}
 }
 
 // allPublished reports whether every rank published one-step op k.

@@ -218,3 +218,59 @@ func TestFPHash(t *testing.T) {
 		t.Error("the hash depends on the seq, which the box carries apart")
 	}
 }
+
+// TestPublishEarly: a slot published ahead of its op's run (PublishEarly)
+// is what the peer reads; the run's own Publish of the same bytes takes
+// it without publishing again; one of other bytes is an internal error;
+// and an early slot whose op never ran is dropped by the next op's Begin,
+// which publishes in the next slot.
+func TestPublishEarly(t *testing.T) {
+	ms := flatPair(t)
+	fp := func(seq uint64) OpCtx {
+		return OpCtx{FP: comm.Fingerprint{Op: comm.OpAllReduce, DType: comm.Uint8, Count: 8, Seq: seq, Root: -1}}
+	}
+	p0, p1 := bytes.Repeat([]byte{1}, 8), bytes.Repeat([]byte{2}, 8)
+	if !ms[0].PublishEarly(fp(1), p0) {
+		t.Fatal("PublishEarly refused the first op")
+	}
+	if k := ms[0].Grp.K; k != 1 {
+		t.Fatalf("op number %d after PublishEarly, want 1", k)
+	}
+	flatOp(ms[1], 1)
+	if err := ms[1].Publish(p1); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ms[1].Slot(0, 8); err != nil || !bytes.Equal(got, p0) {
+		t.Fatalf("rank 1 read %v (%v) of the early slot, want %v", got, err, p0)
+	}
+	ms[0].Begin(fp(1)) // the op's run
+	if err := ms[0].Publish(p0); err != nil {
+		t.Fatalf("the run's Publish of the early bytes: %v", err)
+	}
+	if k := ms[0].Grp.K; k != 1 {
+		t.Fatalf("op number %d after the run's Publish, want 1 (published once)", k)
+	}
+	if got, err := ms[0].Slot(1, 8); err != nil || !bytes.Equal(got, p1) {
+		t.Fatalf("rank 0 read %v (%v), want %v", got, err, p1)
+	}
+
+	// Other bytes than the early ones: an internal error naming both sizes.
+	if !ms[0].PublishEarly(fp(2), p0) {
+		t.Fatal("PublishEarly refused op 2")
+	}
+	ms[0].Begin(fp(2))
+	var ee *comm.EngineError
+	if err := ms[0].Publish(p0[:4]); !errors.As(err, &ee) || !strings.Contains(err.Error(), "published early with 8 bytes") {
+		t.Fatalf("Publish of other bytes after PublishEarly: %v, want an internal *EngineError", err)
+	}
+
+	// An early slot whose op never ran (rank 1's op 2): the next op's
+	// Begin drops it, so that op's Publish publishes anew.
+	if !ms[1].PublishEarly(fp(2), p1) {
+		t.Fatal("PublishEarly refused rank 1's op 2")
+	}
+	flatOp(ms[1], 3)
+	if ms[1].early != 0 || ms[1].earlyData != nil {
+		t.Fatalf("early op %d still pending after another op's Begin", ms[1].early)
+	}
+}
