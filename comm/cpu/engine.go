@@ -154,6 +154,11 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	e.mesh.Closed = e.peerClosedErr
 	e.mesh.Late = e.lateNotice
 	e.mesh.Mismatch = e.mismatch
+	if err := e.tuneSingleCopy(); err != nil {
+		e.stop(fmt.Errorf("%w: cpu engine setup failed", comm.ErrClosed))
+		e.release()
+		return nil, err
+	}
 	go e.progress()
 	e.log.Debug().Int("size", cfg.Size).Str("transport", opts.Transport).Msg("cpu engine connected")
 	return e, nil

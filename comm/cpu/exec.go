@@ -408,6 +408,9 @@ func (e *Engine) useBroadcastCMA(nbytes int) bool {
 // both CPUs busy where a single reader keeps one, 256 KiB 18.2 / 13.9,
 // 1 MiB 79.1 / 42.7, 64 MiB 7217 / 3598. More than four ranks were not
 // measured (the machine has 2 cores) and do not take it.
+//
+// Two ranks in two processes may still take it after their probe at
+// creation (tune.go): where it beat the rings, from 64 KiB up.
 func broadcastCMAWindow(n int) [2]int {
 	if n != 3 {
 		return [2]int{1, 0}

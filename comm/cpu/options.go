@@ -97,9 +97,12 @@ type Options struct {
 	// block straight from the peer's memory, one copy instead of two
 	// through a shared-memory ring, as Open MPI's shared-memory BTL does
 	// with its CMA single-copy mechanism. Default (0): 2 MiB
-	// (singleCopyDefault); negative disables it, and with it the
-	// single-copy broadcast that three ranks on this host use from 64 KiB
-	// to 1 MiB (broadcast_cma.go). It needs the group
+	// (singleCopyDefault), except that a group of two ranks in two
+	// processes first times both ways at its creation (tune.go) and, where
+	// the single copy was faster, moves allgathers and broadcasts from 64
+	// KiB by it; a value set here skips that probe. Negative disables it,
+	// and with it the single-copy broadcast that three ranks on this host
+	// use from 64 KiB to 1 MiB (broadcast_cma.go). It needs the group
 	// segment (FlatThreshold not disabled, every rank over shm). If a
 	// read fails on any rank (a kernel without CMA, ptrace restrictions
 	// between the processes, processes in different pid namespaces),
@@ -119,6 +122,11 @@ type Options struct {
 	// disables it. All ranks must use the same value. Under rankrunner:
 	// RANKTREE_SLOT_ALLREDUCE_MAX.
 	SlotAllReduceMax int
+
+	// singleCopyAuto is set by validate when SingleCopyMin took its
+	// default, which the two-rank probe may lower (tune.go); probe makes
+	// a group of ranks in one process probe too (tests).
+	singleCopyAuto, probe bool
 }
 
 // validate fills defaults for a group of n ranks and rejects bad values
@@ -192,6 +200,7 @@ func (o *Options) validate(n int) error {
 	o.SlotBytes = (max(o.SlotBytes, o.FlatThreshold) + 63) &^ 63
 	if o.SingleCopyMin == 0 {
 		o.SingleCopyMin = singleCopyDefault
+		o.singleCopyAuto = true
 	}
 	if o.SlotAllReduceMax == 0 {
 		o.SlotAllReduceMax = slotAllReduceDefault(n)

@@ -136,8 +136,10 @@ type CPU struct {
 	SlotBytes int
 	// SingleCopyMin is RANKTREE_SINGLE_COPY_MIN: the smallest allgather
 	// (bytes gathered) between two ranks that moves by cross-memory
-	// attach, cpu.Options.SingleCopyMin (0: the engine's default, -1:
-	// off, and with it the three-rank single-copy broadcast).
+	// attach, cpu.Options.SingleCopyMin (0: the engine's default, which
+	// a two-rank group's probe at creation may lower to 64 KiB, with the
+	// two-rank broadcast; -1: off, and with it the three-rank single-copy
+	// broadcast; any other value skips the probe).
 	SingleCopyMin int
 	// SlotAllReduceMax is RANKTREE_SLOT_ALLREDUCE_MAX: the largest
 	// allreduce in bytes that three or more ranks on one host move
