@@ -107,6 +107,10 @@ func TestMultiProcRank(t *testing.T) {
 	if mode == "crash" {
 		cfg.Faults = []comm.Fault{{Kind: comm.FaultCrash, Rank: 1, Seq: 2}}
 	}
+	if mode == "probe" {
+		mpProbe(t, cfg)
+		return
+	}
 	e, err := New(context.Background(), cfg, Options{Transport: tr, SingleCopyMin: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
@@ -214,6 +218,72 @@ func TestMultiProcRank(t *testing.T) {
 	fmt.Println("RANK-RESULT ok")
 }
 
+// mpProbe is a rank process's part of TestMultiProcess's probe mode: it
+// creates mpProbes two-rank groups one after the other, each of which
+// runs the probe of tune.go between the two processes, prints each
+// group's verdict, and checks a 256 KiB broadcast and allgather on each.
+func mpProbe(t *testing.T, cfg comm.BackendConfig) {
+	for i := range mpProbes {
+		cfg.Group = fmt.Sprintf("mp-probe-%d", i)
+		// Small rings for half of the groups: the root's ring broadcasts
+		// then wait for ring space and run ahead of the reader less far.
+		opts := Options{Transport: TransportSHM}
+		if i%2 == 1 {
+			opts.ShmRingBytes = 64 << 10
+		}
+		e, err := New(context.Background(), cfg, opts)
+		if err != nil {
+			t.Fatalf("group %d: %v", i, err)
+		}
+		if !e.probeWanted() {
+			t.Fatal("two ranks in two processes do not probe")
+		}
+		const c = 65_536
+		buf := make([]float32, c)
+		in := make([]float32, c/2)
+		for j := range buf {
+			if cfg.Rank == 0 {
+				buf[j] = float32(j + i)
+			}
+			if j < c/2 {
+				in[j] = float32(cfg.Rank*c + j)
+			}
+		}
+		out := make([]float32, c)
+		g := comm.GroupHash(cfg.Group)
+		ops := []*comm.Op{
+			{FP: comm.Fingerprint{Group: g, Seq: 1, Op: comm.OpBroadcast, DType: comm.Float32, Count: c}, Type: comm.OpBroadcast,
+				In: []comm.Buffer{comm.HostBuffer(buf)}},
+			{FP: comm.Fingerprint{Group: g, Seq: 2, Op: comm.OpAllGather, DType: comm.Float32, Count: c / 2, Root: -1}, Type: comm.OpAllGather,
+				In: []comm.Buffer{comm.HostBuffer(in)}, Out: []comm.Buffer{comm.HostBuffer(out)}},
+		}
+		for _, op := range ops {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			err := launch(e, op).Wait(ctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("group %d, %v: %v", i, op.Type, err)
+			}
+		}
+		for j := range c {
+			want := j // rank 0's block, then rank 1's: c + its index
+			if j >= c/2 {
+				want = c + j - c/2
+			}
+			if buf[j] != float32(j+i) || out[j] != float32(want) {
+				t.Fatalf("group %d: broadcast elem %d = %v, allgather %v; want %d and %d", i, j, buf[j], out[j], j+i, want)
+			}
+		}
+		fmt.Printf("RANK-PROBE %d single-copy=%v off=%v\n", i, e.useBroadcastCMA(c*4), e.cmaOff)
+		e.Close()
+	}
+	fmt.Println("RANK-RESULT ok")
+}
+
+// mpProbes is how many groups mpProbe creates: enough that a probe whose
+// ring broadcasts' root runs ahead of its reader happens in most runs.
+const mpProbes = 12
+
 // mpBroadcastCMA is a rank process's part of TestMultiProcess's bcast
 // mode: a 256 KiB broadcast from rank 1 among three processes, through
 // cross-memory attach (broadcast_cma.go), checked on every rank.
@@ -241,6 +311,26 @@ func mpBroadcastCMA(t *testing.T, e *Engine, seq uint64) {
 	fmt.Println("RANK-RESULT ok")
 }
 
+// checkProbeVerdicts checks that both rank processes of the probe mode
+// printed the same verdict for each of their groups.
+func checkProbeVerdicts(t *testing.T, outs []*strings.Builder) {
+	t.Helper()
+	verdicts := func(r int) []string {
+		var v []string
+		for _, l := range strings.Split(outs[r].String(), "\n") {
+			if strings.HasPrefix(l, "RANK-PROBE ") {
+				v = append(v, l)
+			}
+		}
+		return v
+	}
+	v0, v1 := verdicts(0), verdicts(1)
+	if len(v0) != mpProbes || !slices.Equal(v0, v1) {
+		t.Fatalf("the ranks' probe verdicts differ or are missing:\n%s\n--\n%s", outs[0], outs[1])
+	}
+	t.Logf("verdicts: %v", v0)
+}
+
 // TestMultiProcess runs ranks as real processes (the test binary re-executed,
 // as Gloo's test/multiproc_test.h): allreduce over shm and tcp across
 // processes, an allgather by cross-memory attach between two of them and
@@ -253,7 +343,7 @@ func TestMultiProcess(t *testing.T) {
 		t.Skip("spawns processes")
 	}
 	for _, c := range []struct{ mode, tr string }{{"ok", TransportSHM}, {"ok", TransportTCP}, {"death", TransportSHM},
-		{"deathflat", TransportSHM}, {"crash", TransportTCP}, {"bcast", TransportSHM}} {
+		{"deathflat", TransportSHM}, {"crash", TransportTCP}, {"bcast", TransportSHM}, {"probe", TransportSHM}} {
 		t.Run(c.mode+"/"+c.tr, func(t *testing.T) {
 			size := 2
 			if c.mode == "bcast" {
@@ -287,8 +377,11 @@ func TestMultiProcess(t *testing.T) {
 				}
 			}
 			want := "RANK-RESULT ok"
-			if c.mode != "ok" && c.mode != "bcast" {
+			if c.mode != "ok" && c.mode != "bcast" && c.mode != "probe" {
 				want = "RANK-RESULT transport-error"
+			}
+			if c.mode == "probe" {
+				checkProbeVerdicts(t, outs)
 			}
 			if !strings.Contains(outs[0].String(), want) {
 				t.Fatalf("rank 0 output lacks %q:\n%s", want, outs[0])

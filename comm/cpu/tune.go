@@ -88,11 +88,16 @@ func (e *Engine) applyProbe(single bool) {
 	}
 }
 
-// probeFP is the fingerprint of the probe's k-th op: seq 0, which no op
-// of the group's has.
+// probeFP is the fingerprint of the probe's k-th op (from 1): seq k, so
+// that the probe's ops are ordered as a group's ops are. The root of a
+// ring broadcast runs ahead of its reader to the next barrier, whose slot
+// the reader, still waiting for a ring message, sees: a slot of a later
+// seq is a peer ahead, one of the same or an earlier seq a mismatch
+// (transport.Mesh.checkPeerSlots). The group's own ops start again from
+// seq 1 after the probe, which every rank has finished by then.
 func (e *Engine) probeFP(k int, op comm.OpType, n, root int) comm.Fingerprint {
-	return comm.Fingerprint{Group: comm.GroupHash(e.cfg.Group), Epoch: e.cfg.Epoch, Op: op, DType: comm.Uint8,
-		Count: int64(n), Root: int32(root), Shape: comm.ShapeKey(k)}
+	return comm.Fingerprint{Group: comm.GroupHash(e.cfg.Group), Epoch: e.cfg.Epoch, Seq: uint64(k), Op: op,
+		DType: comm.Uint8, Count: int64(n), Root: int32(root)}
 }
 
 // probeSingleCopy times, on rank 1 of a two-rank mesh, probeOps

@@ -143,3 +143,17 @@ func TestProbeWanted(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeRunAhead: the probe's root runs ahead of the reader through
+// the rings (small rings, many probes): its next barrier's slot, published
+// while the reader still waits for a ring message, is no mismatch.
+func TestProbeRunAhead(t *testing.T) {
+	for _, ring := range []int{64 << 10, 1 << 20} {
+		g := newGroup(t, 2, Options{Transport: TransportSHM, ShmRingBytes: ring})
+		for i := range 20 {
+			if errs := probeBoth(g); errs[0] != nil || errs[1] != nil {
+				t.Fatalf("ring %d, probe %d: %v", ring, i, errs)
+			}
+		}
+	}
+}
