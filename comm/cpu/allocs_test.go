@@ -109,7 +109,9 @@ func TestRingReduceScatterAllocs(t *testing.T) {
 		t.Skip("short")
 	}
 	const n, per = 2, 8192 // float32 per rank's output: 64 KiB of input
-	g := newGroup(t, n, Options{Transport: TransportSHM})
+	// The one-step path's threshold below 64 KiB (two ranks' default is
+	// 64 KiB since session 17), so that the ring runs.
+	g := newGroup(t, n, Options{Transport: TransportSHM, FlatThreshold: 32 << 10})
 	if g.engines[0].useFlat(n * per * 4) {
 		t.Fatalf("64 KiB takes the one-step path (FlatThreshold %d): the test needs the ring", g.engines[0].opts.FlatThreshold)
 	}

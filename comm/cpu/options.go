@@ -70,7 +70,7 @@ type Options struct {
 	// shared-memory algorithms (allreduce_flat.go) move, when every rank
 	// of a group of 2..8 is on this host over shm: an allreduce buffer up
 	// to it, an allgather's gathered total, a reduce-scatter's input, a
-	// broadcast buffer. Default (0): 32 KiB for 2 ranks, 128 KiB for 3
+	// broadcast buffer. Default (0): 64 KiB for 2 ranks, 128 KiB for 3
 	// or more (flatDefault), chosen by measurement (docs/algorithms.md,
 	// "Crossover points"); negative disables the flat algorithms and the
 	// group segment (then waits fall back to the sched_yield and timer
@@ -267,15 +267,22 @@ func defaultHostID() string {
 	return strings.TrimSpace(string(b)) + "/" + h
 }
 
-// flatDefault is FlatThreshold's default for a group of n ranks. With 2
-// ranks the message-based algorithms take one step too and were faster
-// than the one-step ones from 64 KiB (allreduce 7.8 against 12.9 µs
-// median at 64 KiB); with 3 and 4 ranks, which need 2-4 steps otherwise,
-// the one-step algorithms were 1.2-3.5× faster at 64 and 128 KiB for
-// every collective (docs/algorithms.md, "Crossover points").
+// flatDefault is FlatThreshold's default for a group of n ranks. With 3
+// and 4 ranks, which need 2-4 steps otherwise, the one-step algorithms
+// were 1.2-3.5× faster at 64 and 128 KiB for every collective
+// (docs/algorithms.md, "Crossover points"). With 2 ranks the
+// message-based algorithms take one step too, and back to back they were
+// faster at 64 KiB (allreduce 7.8 against 12.9 µs median in session 2;
+// 9.5-10.5 against 11.3-11.9 on 2026-11-28, Open MPI 20.7-22.0), but a
+// rank that waits for a late peer is woken by the peer's slot, published
+// at its launch (Engine.publishEarly), only through the one-step
+// algorithms: a 64 KiB allreduce 5 ms late woke the waiting rank 14.8-18.2
+// µs after the late rank's launch against 24.6-26.7 through the rings (4
+// rounds each; docs/algorithms.md, "Publishing at launch"). Training ranks
+// are late by milliseconds, so 2 ranks take 64 KiB.
 func flatDefault(n int) int {
 	if n >= 3 {
 		return 128 << 10
 	}
-	return 32 << 10
+	return 64 << 10
 }

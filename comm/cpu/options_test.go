@@ -7,12 +7,12 @@ import (
 	"github.com/ranktree/ranktree/comm"
 )
 
-// TestFlatThresholdDefault: the one-step threshold defaults to 32 KiB for
+// TestFlatThresholdDefault: the one-step threshold defaults to 64 KiB for
 // 2 ranks and 128 KiB for 3 or more; a value given is kept (rounded up to
 // 64 bytes), a negative one disables the one-step algorithms.
 func TestFlatThresholdDefault(t *testing.T) {
 	for _, c := range []struct{ set, n, want int }{
-		{0, 1, 32 << 10}, {0, 2, 32 << 10}, {0, 3, 128 << 10}, {0, 8, 128 << 10},
+		{0, 1, 64 << 10}, {0, 2, 64 << 10}, {0, 3, 128 << 10}, {0, 8, 128 << 10},
 		{1000, 4, 1024}, {-1, 4, 0},
 	} {
 		o := Options{FlatThreshold: c.set}
@@ -31,7 +31,7 @@ func TestFlatThresholdDefault(t *testing.T) {
 // algorithms are disabled; negative and above 16 MiB are rejected.
 func TestSlotBytesDefault(t *testing.T) {
 	for _, c := range []struct{ flat, slot, n, want int }{
-		{0, 0, 2, 32 << 10}, {0, 0, 3, 1 << 20}, {0, 0, 8, 1 << 20},
+		{0, 0, 2, 64 << 10}, {0, 0, 3, 1 << 20}, {0, 0, 8, 1 << 20},
 		{4 << 20, 0, 4, 4 << 20}, {0, 5000, 4, 128 << 10}, {1024, 5000, 3, 5056},
 		{-1, 0, 4, 0}, {-1, 4096, 4, 0},
 	} {
