@@ -267,24 +267,26 @@ func (e *Engine) publishEarly(op *comm.Op) {
 	if e.grp == nil || len(e.cfg.Faults) > 0 || e.fatal.get() != nil || e.ctl.Stopped.Load() {
 		return
 	}
-	if payload, ok := e.earlyPayload(op); ok && e.mesh.PublishEarly(opContext(op), payload) {
+	o := opContext(op)
+	if payload, ok := e.earlyPayload(op, o.Red); ok && e.mesh.PublishEarly(o, payload) {
 		e.earlyOps.Add(1)
 	}
 }
 
 // earlyPayload is what op's run publishes first, if it begins with a
 // one-step Publish: a one-step allreduce (allReduce: its input, unless a
-// PreMulSum scales it first) or broadcast (execData: the root's buffer,
-// nothing from the others). Every condition is one exec and execData
-// test on the way to those algorithms.
-func (e *Engine) earlyPayload(op *comm.Op) ([]byte, bool) {
+// PreMulSum scales it first; red is the op's reduction for its dtype,
+// opContext's) or broadcast (execData: the root's buffer, nothing from
+// the others). Every condition is one exec and execData test on the way
+// to those algorithms.
+func (e *Engine) earlyPayload(op *comm.Op, red comm.ReduceOp) ([]byte, bool) {
 	if e.mesh.Size() < 2 || len(op.In) != 1 {
 		return nil, false
 	}
 	buf := op.In[0].Bytes()
 	switch op.Type {
 	case comm.OpAllReduce:
-		if opContext(op).Red.Type() == comm.RedPreMulSum || !e.useFlat(len(buf)) {
+		if red.Type() == comm.RedPreMulSum || !e.useFlat(len(buf)) {
 			return nil, false
 		}
 		return buf, true

@@ -127,7 +127,7 @@ func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpTyp
 		begin(comm.OpBroadcast, 0, 0)
 		return broadcastFlat(m, nil, 0)
 	}
-	var took [2]time.Duration // rings, single copy
+	var took [2]time.Duration // rings (even rounds), single copy (odd)
 	// Rounds 0 and 1 warm up (the pages of buf and of the rings);
 	// rounds 2-5 are timed.
 	for round := range 6 {
@@ -151,10 +151,8 @@ func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpTyp
 				return false, err
 			}
 		}
-		if round >= 2 && single {
-			took[1] += time.Since(t0)
-		} else if round >= 2 {
-			took[0] += time.Since(t0)
+		if round >= 2 {
+			took[round%2] += time.Since(t0)
 		}
 	}
 	verdict := []byte{0}

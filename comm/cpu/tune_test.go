@@ -144,9 +144,12 @@ func TestProbeWanted(t *testing.T) {
 	}
 }
 
-// TestProbeRunAhead: the probe's root runs ahead of the reader through
-// the rings (small rings, many probes): its next barrier's slot, published
-// while the reader still waits for a ring message, is no mismatch.
+// TestProbeRunAhead repeats the probe in one process with small and
+// default rings; every probe must end without an error. It did not
+// reproduce the false mismatch of the probe's first version (all its ops
+// at seq 0: a reader that found its ring empty, then saw the root's next
+// barrier slot), which needs a preemption between the two checks;
+// TestHonestyMultiProcess under the race detector caught that one.
 func TestProbeRunAhead(t *testing.T) {
 	for _, ring := range []int{64 << 10, 1 << 20} {
 		g := newGroup(t, 2, Options{Transport: TransportSHM, ShmRingBytes: ring})
