@@ -75,8 +75,15 @@ type Engine struct {
 
 	fatal  fatalBox      // first fatal error (mismatch, transport, notice)
 	curSeq atomic.Uint64 // seq of the collective the stream runs or ran last
-	opSeq  atomic.Uint64 // seq of the collective the stream runs, or opP2P
+	opSeq  atomic.Uint64 // seq of the collective the stream runs (seqClaimed set once claimed), or opP2P
 	acks   chan struct{} // peers' acknowledgements of our notices (failure.go)
+	// ending is set by Abort and Close before they name, in their notice,
+	// the seq the failure starts at (claimFailingSeq): an op that starts
+	// after that fails with them.
+	ending atomic.Bool
+	// abortClaimed, if set (tests), runs in Abort between the claim of
+	// the running op's seq and the notice to the peers.
+	abortClaimed func()
 	// peerClosed[p] is set when peer p told us it destroyed the group.
 	peerClosed []atomic.Pointer[error]
 	stopErr    atomic.Pointer[error] // AbortedError or ErrClosed, once stopped
@@ -416,6 +423,11 @@ func (e *Engine) Abort(reason error) {
 		return
 	}
 	e.ctl.Aborting.Store(true)
+	e.ending.Store(true)
+	e.claimFailingSeq()
+	if e.abortClaimed != nil {
+		e.abortClaimed()
+	}
 	if e.mesh != nil {
 		why := reason
 		if f := e.fatal.get(); f != nil {
@@ -447,6 +459,8 @@ func (e *Engine) AsyncError() error { return e.fatal.get() }
 // and shared memory. Idempotent.
 func (e *Engine) Close() error {
 	if e.mesh != nil && e.stopped() == nil {
+		e.ending.Store(true)
+		e.claimFailingSeq()
 		// Peers that still wait for this rank learn that it closed the
 		// group, rather than reading an EOF (failure.go).
 		n := failNotice{Kind: noticeClosed, Origin: e.globalRank(e.cfg.Rank), Seq: e.failingSeq(),
@@ -622,7 +636,12 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 		e.curSeq.Store(seq)
 	}
 	e.opSeq.Store(seq)
-	defer e.opSeq.Store(opP2P)
+	defer e.clearOpSeq()
+	if e.ending.Load() {
+		// This rank's Abort or Close began: its notice names this op or
+		// an earlier one (claimFailingSeq), so the op fails with it.
+		return e.endingErr()
+	}
 	if len(e.cfg.Faults) > 0 {
 		if err := e.injectFault(op); err != nil {
 			if errors.Is(err, comm.ErrEngine) {
@@ -639,6 +658,12 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 		// every byte it needed.
 		if f := e.fatal.forSeq(seq); f != nil {
 			return f
+		}
+		if seq != opP2P && !e.opSeq.CompareAndSwap(seq, opP2P) {
+			// This rank's Abort or Close named this op in its notice
+			// (claimFailingSeq) before it ended: the peers fail it, and
+			// so does this rank, whose abort reached it first.
+			return e.endingErr()
 		}
 		if s := e.stopped(); s != nil {
 			return s
@@ -674,7 +699,24 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 
 // fatalNow is the recorded fatal error if it concerns the op the stream
 // runs (fatalBox.forSeq), for the transports' and the mesh's waits.
-func (e *Engine) fatalNow() error { return e.fatal.forSeq(e.opSeq.Load()) }
+func (e *Engine) fatalNow() error { return e.fatal.forSeq(unclaimed(e.opSeq.Load())) }
+
+// clearOpSeq marks that no collective runs (opSeq opP2P), unless the
+// successful end of the op did (run's compare-and-swap): one atomic write
+// per op, as before the claim.
+func (e *Engine) clearOpSeq() {
+	if e.opSeq.Load() != opP2P {
+		e.opSeq.Store(opP2P)
+	}
+}
+
+// endingErr is the error of an op that this rank's Abort or Close (which
+// set e.ending) fails: their stop error, once they have told the peers
+// and stopped the engine (bounded by abortAckWait).
+func (e *Engine) endingErr() error {
+	<-e.ctl.Stop
+	return e.stopped()
+}
 
 // execSafe executes op and flushes its sends. A panic (a bug, or buffers
 // that do not match the op's counts) becomes an *comm.EngineError instead

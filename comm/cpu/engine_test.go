@@ -345,6 +345,69 @@ func TestAbortLargeAllReduce(t *testing.T) {
 	}
 }
 
+// TestAbortClaimsRunningOp: an op that ends, with every byte it needs,
+// while this rank's Abort tells the peers fails here with the abort, as the
+// notice makes it fail on the peers that had not finished it. The abort is
+// held between its claim of the op's seq and its notice (abortClaimed);
+// meanwhile the peer launches the op, and both ranks have their data. Before
+// the claim, rank 0's op completed with nil there (an abort of a large
+// tcp allreduce did so in 2 of 4 runs once its buffers had huge pages),
+// while the peer's op of the same seq failed with the notice. The peer,
+// which completed the op before the notice reached it, keeps its success
+// (docs/semantics.md, "An abort is final", the window) and fails the next
+// op with a *comm.RemoteAbortError naming rank 0 and seq 1.
+func TestAbortClaimsRunningOp(t *testing.T) {
+	for _, tr := range testTransports {
+		t.Run(tr, func(t *testing.T) {
+			g := newGroup(t, 2, Options{Transport: tr})
+			const count = 4
+			fp := func(seq uint64) comm.Fingerprint {
+				return comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: seq, Op: comm.OpAllReduce, DType: comm.Float32, Count: count, Root: -1, RedOp: comm.RedSum}
+			}
+			allreduce := func(r int, seq uint64) *comm.Work {
+				buf := comm.HostBuffer(make([]float32, count))
+				return launch(g.engines[r], &comm.Op{FP: fp(seq), Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{buf}})
+			}
+			claimed, release := make(chan struct{}), make(chan struct{})
+			g.engines[0].abortClaimed = func() {
+				close(claimed)
+				<-release
+			}
+			w0 := allreduce(0, 1) // runs, and waits for rank 1
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+				if _, started, _ := w0.UnixNanos(); started != 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("rank 0's op did not start")
+				}
+			}
+			reason := errors.New("test abort")
+			go g.engines[0].Abort(reason)
+			<-claimed
+			w1 := allreduce(1, 1)
+			if err := waitT(t, w1, 5*time.Second); err != nil {
+				t.Fatalf("rank 1 completed the op before the notice: got %v, want nil", err)
+			}
+			// Rank 0 has rank 1's data too; give it time to finish the op.
+			time.Sleep(50 * time.Millisecond)
+			if w0.IsCompleted() {
+				close(release)
+				t.Fatalf("rank 0's op completed (%v) while its abort, which named it, was telling the peers", w0.Err())
+			}
+			close(release)
+			if err := waitT(t, w0, 5*time.Second); !errors.Is(err, comm.ErrAborted) || !errors.Is(err, reason) {
+				t.Fatalf("rank 0: got %v, want ErrAborted with the reason", err)
+			}
+			err := waitT(t, allreduce(1, 2), 5*time.Second)
+			var ra *comm.RemoteAbortError
+			if !errors.As(err, &ra) || ra.Rank != 0 || ra.Seq != 1 {
+				t.Fatalf("rank 1's next op: got %v, want a RemoteAbortError naming rank 0 at seq 1", err)
+			}
+		})
+	}
+}
+
 // TestPeerDeath: a peer whose connections vanish mid-op (a killed process:
 // no notice) gives a *comm.TransportError naming it; a peer that destroys
 // the group mid-op gives a *comm.RemoteAbortError naming it, not an EOF.
