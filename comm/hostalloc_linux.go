@@ -21,8 +21,8 @@ import (
 //  4. madvise MADV_NOHUGEPAGE takes the mark off again: the huge pages
 //     stay, but once the buffer is freed the Go runtime's reuse of the
 //     range gets 4 KiB pages, and khugepaged leaves it alone, as the
-//     runtime wants its heap (it stopped marking its heap for huge pages
-//     in Go 1.21.1).
+//     runtime left it (on the VM of 2026-12-06, Go 1.26, its heap's
+//     mapping carried no huge-page mark and no huge pages).
 //
 // On the 2-core VM of 2026-12-06 steps 1-2 took about 100 ms for 64 MiB
 // (the host backing the VM's memory on its first use), against 170 ms

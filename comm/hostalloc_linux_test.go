@@ -12,8 +12,7 @@ import (
 
 // thpEnabled reports whether the kernel gives transparent huge pages to
 // a process that asks (enabled is "always" or "madvise").
-func thpEnabled(t *testing.T) bool {
-	t.Helper()
+func thpEnabled() bool {
 	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	return err == nil && !strings.Contains(string(b), "[never]")
 }
@@ -84,7 +83,7 @@ func TestNewHostBufferHugePages(t *testing.T) {
 			t.Fatalf("element %d is %v after a collection", i, v)
 		}
 	}
-	if !thpEnabled(t) {
+	if !thpEnabled() {
 		t.Skip("transparent huge pages are turned off on this host")
 	}
 	if kb := anonHugeKB(t, p); kb < 4096 {
@@ -97,7 +96,7 @@ func TestNewHostBufferHugePages(t *testing.T) {
 // memory reused, which the runtime zeroed) is collapsed into huge pages
 // (hugePages' MADV_COLLAPSE step).
 func TestHugePagesPresent(t *testing.T) {
-	if !thpEnabled(t) {
+	if !thpEnabled() {
 		t.Skip("transparent huge pages are turned off on this host")
 	}
 	words := make([]uint64, 3*HugePageBytes/8)

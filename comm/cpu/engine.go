@@ -78,7 +78,7 @@ type Engine struct {
 	opSeq  atomic.Uint64 // seq of the collective the stream runs (seqClaimed set once claimed), or opP2P
 	acks   chan struct{} // peers' acknowledgements of our notices (failure.go)
 	// ending is set by Abort and Close before they name, in their notice,
-	// the seq the failure starts at (claimFailingSeq): an op that starts
+	// the seq the failure starts at (claimRunningOp): an op that starts
 	// after that fails with them.
 	ending atomic.Bool
 	// abortClaimed, if set (tests), runs in Abort between the claim of
@@ -424,7 +424,7 @@ func (e *Engine) Abort(reason error) {
 	}
 	e.ctl.Aborting.Store(true)
 	e.ending.Store(true)
-	e.claimFailingSeq()
+	e.claimRunningOp()
 	if e.abortClaimed != nil {
 		e.abortClaimed()
 	}
@@ -460,7 +460,7 @@ func (e *Engine) AsyncError() error { return e.fatal.get() }
 func (e *Engine) Close() error {
 	if e.mesh != nil && e.stopped() == nil {
 		e.ending.Store(true)
-		e.claimFailingSeq()
+		e.claimRunningOp()
 		// Peers that still wait for this rank learn that it closed the
 		// group, rather than reading an EOF (failure.go).
 		n := failNotice{Kind: noticeClosed, Origin: e.globalRank(e.cfg.Rank), Seq: e.failingSeq(),
@@ -639,7 +639,7 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 	defer e.clearOpSeq()
 	if e.ending.Load() {
 		// This rank's Abort or Close began: its notice names this op or
-		// an earlier one (claimFailingSeq), so the op fails with it.
+		// an earlier one (claimRunningOp), so the op fails with it.
 		return e.endingErr()
 	}
 	if len(e.cfg.Faults) > 0 {
@@ -661,7 +661,7 @@ func (e *Engine) run(op *comm.Op, pr *comm.Promise) error {
 		}
 		if seq != opP2P && !e.opSeq.CompareAndSwap(seq, opP2P) {
 			// This rank's Abort or Close named this op in its notice
-			// (claimFailingSeq) before it ended: the peers fail it, and
+			// (claimRunningOp) before it ended: the peers fail it, and
 			// so does this rank, whose abort reached it first.
 			return e.endingErr()
 		}

@@ -331,7 +331,7 @@ func (e *Engine) failingSeq() uint64 {
 
 // seqClaimed marks, in Engine.opSeq, the seq of the running collective
 // once this rank's own Abort or Close named it as the seq its failure
-// starts at (claimFailingSeq).
+// starts at (claimRunningOp).
 const seqClaimed = uint64(1) << 63
 
 // unclaimed is opSeq's value s without the claim (opP2P stays opP2P).
@@ -342,8 +342,9 @@ func unclaimed(s uint64) uint64 {
 	return s &^ seqClaimed
 }
 
-// claimFailingSeq is failingSeq for this rank's own Abort or Close, which
-// set e.ending first. It also claims the collective the stream runs, so
+// claimRunningOp is called by this rank's own Abort or Close, which set
+// e.ending first, before they name in their notice the seq their failure
+// starts at (failingSeq). It claims the collective the stream runs, so
 // that the op cannot end in success here (Engine.run fails it once it
 // sees the claim) while the notice that names its seq fails it on the
 // peers: before the claim, an aborting rank whose op finished while the
@@ -352,15 +353,11 @@ func unclaimed(s uint64) uint64 {
 // e.ending and fails too (its seq is the one named, or a later one).
 // The peers keep an op they completed before the notice reached them
 // (docs/semantics.md, "An abort is final", the window).
-func (e *Engine) claimFailingSeq() uint64 {
+func (e *Engine) claimRunningOp() {
 	for {
-		last := e.curSeq.Load()
 		s := e.opSeq.Load()
-		if s == opP2P {
-			return last + 1
-		}
-		if s&seqClaimed != 0 || e.opSeq.CompareAndSwap(s, s|seqClaimed) {
-			return s &^ seqClaimed
+		if s == opP2P || s&seqClaimed != 0 || e.opSeq.CompareAndSwap(s, s|seqClaimed) {
+			return
 		}
 	}
 }
