@@ -173,12 +173,14 @@ func openSegment(path string, size int, what, hint string) (*os.File, error) {
 // touch. The ring offsets only move forward, so without it the first lap
 // of a ring pays a page fault per new 4 KiB page on each side, which made
 // 1-8 KiB messages slower than 64 KiB ones until the rings had been lapped
-// (issue 15).
+// (issue 15). It then touches every page (touchPages), for hosts where a
+// mapped page's first access is still dear.
 func mapShm(f *os.File, path string, size, ringBytes int, creator bool) (*ShmLink, error) {
 	mem, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
+	touchPages(mem)
 	s := RingsOver(mem, ringBytes, creator)
 	s.Path = path
 	return s, nil

@@ -44,3 +44,26 @@ func TestShmRingsPrefaulted(t *testing.T) {
 		}
 	}
 }
+
+// TestTouchPagesKeepsContents: touching a mapping's pages (an atomic add
+// of 0 to each page's first word) leaves every byte as it was, the last
+// partial page's included.
+func TestTouchPagesKeepsContents(t *testing.T) {
+	ps := os.Getpagesize()
+	size := 3*ps + 100
+	mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem)
+	for i := range mem {
+		mem[i] = byte(i*7 + 3)
+	}
+	touchPages(mem)
+	touchPages(mem[:5]) // shorter than a word: nothing to touch
+	for i := range mem {
+		if mem[i] != byte(i*7+3) {
+			t.Fatalf("byte %d is %d after touchPages, want %d", i, mem[i], byte(i*7+3))
+		}
+	}
+}

@@ -1,0 +1,32 @@
+package transport
+
+import (
+	"os"
+	"sync/atomic"
+	"unsafe"
+)
+
+// touchPages writes every page of mem, a shared mapping (page-aligned,
+// as mmap returns it), once: an atomic
+// add of 0 to its first word, which keeps whatever a peer has stored
+// there (the add is one indivisible read-modify-write, so it loses no
+// concurrent store either). It runs when a segment is mapped, so that
+// no op pays the first access of a page.
+//
+// MAP_POPULATE already maps every page, so on bare metal this only walks
+// mapped pages (about 20 ns each). But on a VM whose hypervisor keeps
+// shadow page tables (the development VM's PVM), the first access of a
+// page from a process still costs an exit to the hypervisor: writing one
+// byte per 4 KiB page of a fresh 8 MiB /dev/shm mapping took 5.5-7 µs a
+// page after MAP_POPULATE, and as long after MADV_POPULATE_WRITE
+// (2026-12-06). The rings' offsets only move forward, so the first lap
+// of a 4 MiB ring paid it on every page: a 256 KiB broadcast took
+// 200-1000 µs on its first lap against 15 µs after, which also made the
+// two-rank probe (tune.go) pick the single copy for rings it had timed
+// cold.
+func touchPages(mem []byte) {
+	ps := os.Getpagesize()
+	for i := 0; i+8 <= len(mem); i += ps {
+		atomic.AddUint64((*uint64)(unsafe.Pointer(&mem[i])), 0)
+	}
+}
