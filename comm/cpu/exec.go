@@ -359,11 +359,17 @@ func (e *Engine) useFlatRounds(nbytes int) bool {
 
 // useCMA selects the single-copy allgather (allgatherCMA) for a gathered
 // total of nbytes: between the two ranks of a group on this host over
-// shm, from Options.SingleCopyMin, until a single-copy read failed on
-// some rank (cmaOff).
+// shm, from Options.SingleCopyMin, outside the probe's gap (cmaGap),
+// until a single-copy read failed on some rank (cmaOff).
 func (e *Engine) useCMA(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && !e.cmaOff && e.mesh.Size() == 2 &&
-		e.opts.SingleCopyMin > 0 && nbytes >= e.opts.SingleCopyMin
+		e.opts.SingleCopyMin > 0 && nbytes >= e.opts.SingleCopyMin && !e.inCMAGap(nbytes)
+}
+
+// inCMAGap reports whether nbytes lies in the sizes the probe found the
+// single copy slower at (Engine.cmaGap).
+func (e *Engine) inCMAGap(nbytes int) bool {
+	return nbytes >= e.cmaGap[0] && nbytes < e.cmaGap[1]
 }
 
 // noCMA turns the single-copy transfers off for this group after one
@@ -376,13 +382,14 @@ func (e *Engine) noCMA(err error) {
 // useBroadcastCMA selects the single-copy broadcast (broadcastCMA) for
 // a broadcast of nbytes among ranks on this host over shm (the group
 // segment exists), from e.bcastCMA[0] to e.bcastCMA[1]
-// (broadcastCMAWindow: three ranks only), unless cross-memory attach is
+// (broadcastCMAWindow: three ranks only) and outside the probe's gap
+// (cmaGap), unless cross-memory attach is
 // off (Options.SingleCopyMin negative, or a read failed: cmaOff). Every
 // input is the same on every rank that launched the same op (cmaOff
 // changes on every rank for the same op), so all choose alike.
 func (e *Engine) useBroadcastCMA(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && !e.cmaOff && e.opts.SingleCopyMin > 0 &&
-		nbytes >= e.bcastCMA[0] && nbytes <= e.bcastCMA[1]
+		nbytes >= e.bcastCMA[0] && nbytes <= e.bcastCMA[1] && !e.inCMAGap(nbytes)
 }
 
 // broadcastCMAWindow is the range of broadcast sizes, in bytes, that

@@ -3,6 +3,7 @@ package cpu
 import (
 	"errors"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/ranktree/ranktree/comm"
@@ -25,15 +26,20 @@ import (
 //     allgather 64 KiB 4.6-5.7 against 6.6-7.3, 1 MiB 44.8-46.4 against
 //     79-92 (two rounds each, Open MPI alongside).
 //
+//   - On the VM of 2026-12-06 (a round trip of 420-490 ns) it changed
+//     with the host's state at 64-256 KiB, and the rings won at 512 KiB
+//     to 1 MiB in every state (probeMidBytes).
+//
 // So a group of two ranks in two processes on one host measures both at
-// its creation (probeSingleCopy) and takes the faster: the verdict
-// widens the single copy to broadcasts from probeMin up and lowers the
-// allgather's threshold (Options.SingleCopyMin, unless set) to probeMin.
+// its creation (probeSingleCopy), at 256 KiB and at 1 MiB, and takes the
+// faster at each (applyProbe): a verdict for the single copy widens it
+// to broadcasts of those sizes and lowers the allgather's threshold
+// (Options.SingleCopyMin, unless set) to them.
 
 const (
-	// probeBytes is the broadcast size the probe times, and probeOps how
-	// many of each kind it runs per round (three rounds of each: about
-	// 1 ms in all on the VMs above).
+	// probeBytes is the first broadcast size the probe times, and
+	// probeOps how many of each kind it runs per round (three rounds of
+	// each, at both sizes: about 5 ms in all on the VMs above).
 	probeBytes = 256 << 10
 	probeOps   = 8
 	// probeMin is the smallest broadcast and allgather that take the
@@ -43,6 +49,19 @@ const (
 	// against 3.4-3.5); the one threshold of both stays at the size
 	// where the broadcast gains, and the allgather below it is not tuned.
 	probeMin = 64 << 10
+	// probeMidBytes is the second size the probe times, and probeMidMin
+	// the smallest broadcast and allgather that its verdict decides for:
+	// from probeMidMin to comm.HugePageBytes (2 MiB), where the buffers
+	// of comm.NewHostBuffer have 4 KiB pages, as the probe's have, and
+	// the single copy's kernel pins every one of them. On the
+	// development VM on 2026-12-06 the single copy lost there in both of
+	// its states while it won or lost below (broadcast 1 MiB 99 and 123
+	// µs against 55 and 47 through the rings; 256 KiB 19.6 against 22.6
+	// in one state, 27.6 against 14.9 in the other; from 2 MiB, on huge
+	// pages, it won: 81 against 99). On the VM of 2026-11-28 it won at 1
+	// MiB too (34 against 88). So the probe times both sizes.
+	probeMidBytes = 1 << 20
+	probeMidMin   = 512 << 10
 )
 
 // probeWanted reports whether the group probes (tuneSingleCopy): two
@@ -59,17 +78,15 @@ func (e *Engine) probeWanted() bool {
 }
 
 // tuneSingleCopy runs the probe when probeWanted and applies its
-// verdict: on a host where the single copy was faster, broadcasts from
-// probeMin up (e.bcastCMA) and allgathers from probeMin up
-// (SingleCopyMin) take it. Run by New on both ranks before any op, on
-// the mesh the progress goroutine will own. A failed read of the probe's
+// verdicts (applyProbe). Run by New on both ranks before any op, on the
+// mesh the progress goroutine will own. A failed read of the probe's
 // single copy turns it off for the group (noCMA), as in an op; any
 // other error fails the engine's creation.
 func (e *Engine) tuneSingleCopy() error {
 	if !e.probeWanted() {
 		return nil
 	}
-	single, err := probeSingleCopy(e.mesh, &e.cma, e.probeFP)
+	low, mid, err := probeSingleCopy(e.mesh, &e.cma, e.probeFP)
 	var ce *cmaError
 	if errors.As(err, &ce) {
 		e.noCMA(err)
@@ -78,17 +95,32 @@ func (e *Engine) tuneSingleCopy() error {
 	if err != nil {
 		return err
 	}
-	e.applyProbe(single)
-	e.log.Debug().Bool("single_copy", single).Msg("cpu engine: two-rank transfer probe")
+	e.applyProbe(low, mid)
+	e.log.Debug().Bool("single_copy_256k", low).Bool("single_copy_1m", mid).Msg("cpu engine: two-rank transfer probe")
 	return nil
 }
 
-// applyProbe applies the probe's verdict: single, the single copy was
-// faster.
-func (e *Engine) applyProbe(single bool) {
-	if single {
-		e.bcastCMA = [2]int{probeMin, math.MaxInt}
-		e.opts.SingleCopyMin = min(e.opts.SingleCopyMin, probeMin)
+// applyProbe applies the probe's verdicts: low, the single copy was
+// faster at probeBytes, which decides for broadcasts and allgathers from
+// probeMin to probeMidMin; mid, faster at probeMidBytes, which decides
+// from probeMidMin to comm.HugePageBytes (where it lost, cmaGap). From
+// comm.HugePageBytes up broadcasts take the single copy if either
+// verdict was for it (their buffers then have huge pages, the single
+// copy's best case), and allgathers from Options.SingleCopyMin as
+// without a probe. Neither verdict: nothing changes (the rings, and the
+// allgather's single copy from SingleCopyMin).
+func (e *Engine) applyProbe(low, mid bool) {
+	if !low && !mid {
+		return
+	}
+	lo := probeMin
+	if !low {
+		lo = probeMidMin
+	}
+	e.bcastCMA = [2]int{lo, math.MaxInt}
+	e.opts.SingleCopyMin = min(e.opts.SingleCopyMin, lo)
+	if low && !mid {
+		e.cmaGap = [2]int{probeMidMin, comm.HugePageBytes}
 	}
 }
 
@@ -108,38 +140,60 @@ func (e *Engine) probeFP(k int, op comm.OpType, n, root int) comm.Fingerprint {
 // broadcasts of probeBytes from rank 0 through the rings (broadcastTree)
 // and as many by cross-memory attach (broadcastCMA), each batch between
 // two one-step barriers, in two timed rounds of each after an untimed
-// one, and reports whether the single copy took less time in all. Rank 1
-// decides and sends its verdict in a one-step broadcast, so both ranks
-// return the same. fp names the probe's k-th op.
-func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpType, n, root int) comm.Fingerprint) (bool, error) {
-	buf := make([]byte, probeBytes)
-	if m.Rank() == 0 {
-		for i := range buf {
-			buf[i] = byte(i)
-		}
-	}
+// one; then the same at probeMidBytes. For each size it reports whether
+// the single copy's median op was the faster (probeVerdict): low for
+// probeBytes, mid for probeMidBytes. Rank 1 decides and sends its
+// verdicts in a one-step broadcast, so both ranks return the same. fp
+// names the probe's k-th op.
+func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpType, n, root int) comm.Fingerprint) (low, mid bool, err error) {
 	k := 0
 	begin := func(op comm.OpType, n, root int) {
 		k++
 		m.Begin(transport.OpCtx{FP: fp(k, op, n, root)})
 	}
+	verdicts := []byte{0, 0}
+	for i, size := range []int{probeBytes, probeMidBytes} {
+		rings, single, err := probeTimes(m, c, begin, size)
+		if err != nil {
+			return false, false, err
+		}
+		if m.Rank() == 1 && probeVerdict(rings, single) {
+			verdicts[i] = 1
+		}
+	}
+	begin(comm.OpBroadcast, len(verdicts), 1)
+	if err := broadcastFlat(m, verdicts, 1); err != nil {
+		return false, false, err
+	}
+	return verdicts[0] == 1, verdicts[1] == 1, nil
+}
+
+// probeTimes runs the probe's rounds at one size (probeSingleCopy) and
+// returns each timed op's time on this rank, through the rings and by
+// the single copy.
+func probeTimes(m *transport.Mesh, c *cmaSide, begin func(op comm.OpType, n, root int), size int) (rings, single []time.Duration, err error) {
+	buf := make([]byte, size)
+	if m.Rank() == 0 {
+		for i := range buf {
+			buf[i] = byte(i)
+		}
+	}
 	barrier := func() error {
 		begin(comm.OpBroadcast, 0, 0)
 		return broadcastFlat(m, nil, 0)
 	}
-	var took [2]time.Duration // rings (even rounds), single copy (odd)
 	// Rounds 0 and 1 warm up (the pages of buf and of the rings);
 	// rounds 2-5 are timed.
 	for round := range 6 {
-		single := round%2 == 1
+		cma := round%2 == 1
 		if err := barrier(); err != nil {
-			return false, err
+			return nil, nil, err
 		}
-		t0 := time.Now()
 		for range probeOps {
+			t0 := time.Now()
 			var err error
-			begin(comm.OpBroadcast, probeBytes, 0)
-			if single {
+			begin(comm.OpBroadcast, size, 0)
+			if cma {
 				err = broadcastCMA(m, buf, 0, c)
 			} else {
 				err = broadcastTree(m, buf, 0)
@@ -148,20 +202,41 @@ func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpTyp
 				}
 			}
 			if err != nil {
-				return false, err
+				return nil, nil, err
+			}
+			switch {
+			case round < 2:
+			case cma:
+				single = append(single, time.Since(t0))
+			default:
+				rings = append(rings, time.Since(t0))
 			}
 		}
-		if round >= 2 {
-			took[round%2] += time.Since(t0)
-		}
 	}
-	verdict := []byte{0}
-	if m.Rank() == 1 && took[1] < took[0] {
-		verdict[0] = 1
+	return rings, single, nil
+}
+
+// probeVerdict reports whether the single copy was faster: whether the
+// median of its ops' times (single) is below the rings' (rings). The
+// medians, not the sums: the probe runs while the ranks start, when one
+// op in a round may stall for a millisecond (a collection, the host),
+// and on the development VM the first single-copy op of each round took
+// 0.1-1 ms after a ring round, against 15-20 µs for the next ones, so
+// that the sums split their verdicts 2-2 over 4 starts on 2026-12-06
+// while per op the rings were faster (11-16 µs against 15-19). (Before
+// touchPages, the ring rounds also paid their pages' first accesses,
+// 200-1000 µs an op, and the sums picked the single copy in 6 of 6
+// starts.)
+func probeVerdict(rings, single []time.Duration) bool {
+	if len(rings) == 0 || len(single) == 0 {
+		return false
 	}
-	begin(comm.OpBroadcast, 1, 1)
-	if err := broadcastFlat(m, verdict, 1); err != nil {
-		return false, err
-	}
-	return verdict[0] == 1, nil
+	return median(single) < median(rings)
+}
+
+// median is the median of d (the upper one for an even count); d is
+// sorted in place.
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
 }

@@ -85,7 +85,7 @@ func TestProbeSingleCopy(t *testing.T) {
 	t.Run("single copy taken", func(t *testing.T) {
 		g := newGroup(t, 2, Options{Transport: TransportSHM})
 		for _, e := range g.engines {
-			e.applyProbe(true)
+			e.applyProbe(true, true)
 			if !e.useBroadcastCMA(probeMin) || e.useBroadcastCMA(probeMin-1) || !e.useCMA(probeMin) || e.useCMA(probeMin-1) {
 				t.Fatalf("after a verdict for the single copy: broadcast at %d %v, at %d %v; allgather %v, %v",
 					probeMin, e.useBroadcastCMA(probeMin), probeMin-1, e.useBroadcastCMA(probeMin-1), e.useCMA(probeMin), e.useCMA(probeMin-1))
@@ -99,6 +99,32 @@ func TestProbeSingleCopy(t *testing.T) {
 			if e.cmaOff {
 				t.Fatalf("rank %d turned the single copy off", r)
 			}
+		}
+	})
+	t.Run("verdicts by size", func(t *testing.T) {
+		// {low, mid}: the sizes that take the single copy, broadcast and
+		// allgather alike (below SingleCopyMin's default, 2 MiB, the
+		// allgather follows the probe; from it, it always does).
+		for _, c := range []struct {
+			low, mid bool
+			at       map[int]bool
+		}{
+			{true, false, map[int]bool{probeMin - 1: false, probeMin: true, probeMidMin - 1: true, probeMidMin: false, comm.HugePageBytes - 1: false, comm.HugePageBytes: true}},
+			{false, true, map[int]bool{probeMin: false, probeMidMin - 1: false, probeMidMin: true, comm.HugePageBytes - 1: true, comm.HugePageBytes: true}},
+			{true, true, map[int]bool{probeMin - 1: false, probeMin: true, probeMidMin: true, comm.HugePageBytes: true}},
+			{false, false, map[int]bool{probeMin: false, probeMidMin: false, comm.HugePageBytes - 1: false}},
+		} {
+			g := newGroup(t, 2, Options{Transport: TransportSHM})
+			for _, e := range g.engines {
+				e.applyProbe(c.low, c.mid)
+				for n, want := range c.at {
+					if e.useBroadcastCMA(n) != want || e.useCMA(n) != want {
+						t.Fatalf("verdicts %v/%v: %d bytes: broadcast takes the single copy %v, allgather %v, want %v",
+							c.low, c.mid, n, e.useBroadcastCMA(n), e.useCMA(n), want)
+					}
+				}
+			}
+			checkTwoRankTransfers(t, g, rng)
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
@@ -157,6 +183,34 @@ func TestProbeRunAhead(t *testing.T) {
 			if errs := probeBoth(g); errs[0] != nil || errs[1] != nil {
 				t.Fatalf("ring %d, probe %d: %v", ring, i, errs)
 			}
+		}
+	}
+}
+
+// TestProbeVerdict: the probe compares the median op of each kind, so
+// that one stalled op does not decide.
+func TestProbeVerdict(t *testing.T) {
+	us := func(v ...int) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x) * time.Microsecond
+		}
+		return d
+	}
+	for _, c := range []struct {
+		name          string
+		rings, single []time.Duration
+		want          bool
+	}{
+		{"single faster", us(20, 21, 22, 23), us(10, 11, 12, 13), true},
+		{"rings faster", us(10, 11, 12, 13), us(20, 21, 22, 23), false},
+		{"one stalled ring op", us(1000, 11, 12, 13), us(15, 16, 17, 18), false},
+		{"one stalled single-copy op", us(15, 16, 17, 18), us(1000, 11, 12, 13), true},
+		{"level", us(10, 10, 10), us(10, 10, 10), false},
+		{"no samples", nil, us(1), false},
+	} {
+		if got := probeVerdict(c.rings, c.single); got != c.want {
+			t.Errorf("%s: probeVerdict = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
