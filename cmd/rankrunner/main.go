@@ -16,5 +16,5 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Main(context.Background(), cli.Env{Args: os.Args[1:], Stdout: os.Stdout, Stderr: os.Stderr}))
+	os.Exit(cli.Main(context.Background(), cli.Env{Args: os.Args[1:], Stdout: os.Stdout, Stderr: os.Stderr, LimitProcs: true}))
 }

@@ -26,6 +26,11 @@ type Env struct {
 	Args           []string // command-line arguments without the program name
 	Stdout, Stderr io.Writer
 	Getenv         func(string) string
+	// LimitProcs makes the runner set its own GOMAXPROCS to one local
+	// rank's share (launcher.LimitRunnerProcs) before it starts the
+	// job. The command sets it; tests, which run Main in their own
+	// process, leave it false.
+	LimitProcs bool
 }
 
 // Main runs rankrunner and returns its exit code: the job's (the failing
@@ -231,6 +236,13 @@ func runLaunch(cmd *cobra.Command, env Env, f *launchFlags, args []string) error
 	cfg.Stdout, cfg.Stderr = env.Stdout, stderr
 	cfg.Color = isTerminal(env.Stdout)
 	cfg.Log = log
+	if env.LimitProcs {
+		localWorld := cfg.NProcPerNode
+		if cfg.Task != nil {
+			localWorld = cfg.Task.LocalWorldSize
+		}
+		log.Debug().Int("gomaxprocs", launcher.LimitRunnerProcs(localWorld, env.Getenv)).Msg("runner's own GOMAXPROCS")
+	}
 	code, err := launcher.Run(cmd.Context(), cfg)
 	var fe *launcher.FlagError
 	if errors.As(err, &fe) {
