@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -194,14 +195,6 @@ func Run(ctx context.Context, g Group, cfg Config, emit func(Result) error) erro
 func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, error) {
 	n, dt := g.Size(), cfg.DType
 	geo, launch := launcher(ctx, g, cfg, size)
-	for i := 0; i < cfg.Warmup; i++ {
-		if err := launch().Wait(ctx); err != nil {
-			return Result{}, fmt.Errorf("warm-up iteration %d: %w", i, err)
-		}
-	}
-	if err := g.Barrier(ctx, cfg.opts...).Wait(ctx); err != nil {
-		return Result{}, fmt.Errorf("barrier before the timed iterations: %w", err)
-	}
 	times := make([]float64, cfg.Iters) // µs
 	// cpus[r*samples+j] is 1 + the CPU rank r ran on after iteration
 	// j*every (0: unknown); each rank fills its row and a Sum allreduce
@@ -210,6 +203,15 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 	samples := (cfg.Iters + every - 1) / every
 	cpus := make([]int32, n*samples)
 	mine := cpus[g.Rank()*samples : (g.Rank()+1)*samples]
+	settle(times)
+	for i := 0; i < cfg.Warmup; i++ {
+		if err := launch().Wait(ctx); err != nil {
+			return Result{}, fmt.Errorf("warm-up iteration %d: %w", i, err)
+		}
+	}
+	if err := g.Barrier(ctx, cfg.opts...).Wait(ctx); err != nil {
+		return Result{}, fmt.Errorf("barrier before the timed iterations: %w", err)
+	}
 	for i := range times {
 		t0 := cfg.Now()
 		if err := launch().Wait(ctx); err != nil {
@@ -239,6 +241,25 @@ func measure(ctx context.Context, g Group, cfg *Config, size int64) (Result, err
 	r.Placement = NewPlacement(cpus, n, samples)
 	r.Blocking = cfg.Blocking
 	return r, nil
+}
+
+// settle readies a size's timed loop once its buffers and records are
+// allocated, so that the loop times the collective, not the benchmark's
+// own memory: it writes every page of times (a fresh allocation whose
+// pages the kernel maps at first touch: several µs a page on the 2-core
+// VM, whose hypervisor keeps shadow page tables, taken once every 512
+// iterations), and it
+// collects the heap (runtime.GC, as testing.B does before each
+// benchmark), whose growth by those allocations otherwise set off a
+// collection in the loop. With GOMAXPROCS=1 its background mark worker
+// holds the rank's only thread for milliseconds while the peers wait
+// (stalls of 4-byte allreduces of up to 2 ms in a profile, 2026-12-06).
+// The warm-up iterations that follow bring the caches back.
+func settle(times []float64) {
+	for i := range times {
+		times[i] = 0
+	}
+	runtime.GC()
 }
 
 // launcher allocates the buffers of one size and returns their geometry
