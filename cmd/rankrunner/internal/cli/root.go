@@ -234,15 +234,8 @@ func runLaunch(cmd *cobra.Command, env Env, f *launchFlags, args []string) error
 	}
 	cfg.Program, cfg.Args = args[0], args[1:]
 	cfg.Stdout, cfg.Stderr = env.Stdout, stderr
-	cfg.Color = isTerminal(env.Stdout)
-	cfg.Log = log
-	if env.LimitProcs {
-		localWorld := cfg.NProcPerNode
-		if cfg.Task != nil {
-			localWorld = cfg.Task.LocalWorldSize
-		}
-		log.Debug().Int("gomaxprocs", launcher.LimitRunnerProcs(localWorld, env.Getenv)).Msg("runner's own GOMAXPROCS")
-	}
+	cfg.Color, cfg.Log = isTerminal(env.Stdout), log
+	limitProcs(env, &cfg, log)
 	code, err := launcher.Run(cmd.Context(), cfg)
 	var fe *launcher.FlagError
 	if errors.As(err, &fe) {
@@ -255,4 +248,17 @@ func runLaunch(cmd *cobra.Command, env Env, f *launchFlags, args []string) error
 		return &exitError{code: code, err: err}
 	}
 	return nil
+}
+
+// limitProcs gives the runner one local rank's share of the CPUs as its
+// GOMAXPROCS (launcher.LimitRunnerProcs) and logs it, if env.LimitProcs.
+func limitProcs(env Env, cfg *launcher.Config, log zerolog.Logger) {
+	if !env.LimitProcs {
+		return
+	}
+	localWorld := cfg.NProcPerNode
+	if cfg.Task != nil {
+		localWorld = cfg.Task.LocalWorldSize
+	}
+	log.Debug().Int("gomaxprocs", launcher.LimitRunnerProcs(localWorld, env.Getenv)).Msg("runner's own GOMAXPROCS")
 }
