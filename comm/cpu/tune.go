@@ -27,8 +27,8 @@ import (
 //     79-92 (two rounds each, Open MPI alongside).
 //
 //   - On the VM of 2026-12-06 (a round trip of 420-490 ns) it changed
-//     with the host's state at 64-256 KiB, and the rings won at 512 KiB
-//     to 1 MiB in every state (probeMidBytes).
+//     with the host's state at 64-256 KiB; the rings won at 1 MiB in both
+//     states seen and were faster or level at 512 KiB (probeMidBytes).
 //
 // So a group of two ranks in two processes on one host measures both at
 // its creation (probeSingleCopy), at 256 KiB and at 1 MiB, and takes the
@@ -39,7 +39,8 @@ import (
 const (
 	// probeBytes is the first broadcast size the probe times, and
 	// probeOps how many of each kind it runs per round (three rounds of
-	// each, at both sizes: about 5 ms in all on the VMs above).
+	// each, at both sizes: some 5 ms in all on the VM of 2026-12-06,
+	// reckoned from its op times, not timed as a whole).
 	probeBytes = 256 << 10
 	probeOps   = 8
 	// probeMin is the smallest broadcast and allgather that take the
@@ -54,12 +55,16 @@ const (
 	// from probeMidMin to comm.HugePageBytes (2 MiB), where the buffers
 	// of comm.NewHostBuffer have 4 KiB pages, as the probe's have, and
 	// the single copy's kernel pins every one of them. On the
-	// development VM on 2026-12-06 the single copy lost there in both of
-	// its states while it won or lost below (broadcast 1 MiB 99 and 123
-	// µs against 55 and 47 through the rings; 256 KiB 19.6 against 22.6
-	// in one state, 27.6 against 14.9 in the other; from 2 MiB, on huge
-	// pages, it won: 81 against 99). On the VM of 2026-11-28 it won at 1
-	// MiB too (34 against 88). So the probe times both sizes.
+	// development VM on 2026-12-06 the single copy lost at 1 MiB in both
+	// of its states while it won or lost below (broadcast 1 MiB 99 and
+	// 123 µs against 55 and 47 through the rings; 256 KiB 19.6 against
+	// 22.6 in one state, 27.6 against 14.9 in the other). From 2 MiB, on
+	// huge pages, it won in one state (81 against 99) and lost or was
+	// level in the other (2 MiB 100 against 80, 4 MiB 154 against 148);
+	// broadcasts take it there after either verdict for it (applyProbe),
+	// as session 18's sweeps favoured it from 4 MiB. On the VM of
+	// 2026-11-28 it won at 1 MiB too (34 against 88). So the probe times
+	// both sizes.
 	probeMidBytes = 1 << 20
 	probeMidMin   = 512 << 10
 )

@@ -13,8 +13,8 @@ import (
 // concurrent store either). It runs when a segment is mapped, so that
 // no op pays the first access of a page.
 //
-// MAP_POPULATE already maps every page, so on bare metal this only walks
-// mapped pages (about 20 ns each). But on a VM whose hypervisor keeps
+// MAP_POPULATE already maps every page, so without a hypervisor in the
+// way this only walks mapped pages (not measured here). But on a VM whose hypervisor keeps
 // shadow page tables (the development VM's PVM), the first access of a
 // page from a process still costs an exit to the hypervisor: writing one
 // byte per 4 KiB page of a fresh 8 MiB /dev/shm mapping took 5.5-7 µs a
