@@ -149,7 +149,6 @@ func CreateGroupShm(dir string, n, slot int) (*ShmGroup, error) {
 		_ = os.Remove(path)
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
-	touchPages(mem)
 	if err := makeBells(path, n); err != nil {
 		_ = syscall.Munmap(mem)
 		_ = os.Remove(path)
@@ -184,7 +183,6 @@ func OpenGroupShm(path string, n, slot, rank int) (*ShmGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
-	touchPages(mem)
 	le := binary.LittleEndian
 	if (*atomic.Uint64)(unsafe.Pointer(&mem[0])).Load() != grpMagic || le.Uint64(mem[8:]) != uint64(n) || le.Uint64(mem[16:]) != uint64(slot) {
 		_ = syscall.Munmap(mem)

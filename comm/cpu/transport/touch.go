@@ -24,6 +24,17 @@ import (
 // 200-1000 µs on its first lap against 15 µs after, which also made the
 // two-rank probe (tune.go) pick the single copy for rings it had timed
 // cold.
+//
+// Only the rings are touched, not the group segment (shm_group.go): the
+// one-step ops reuse its two slots every other op, so only a group's
+// first two ops pay those first accesses. Touching it as well made the
+// two-rank allreduce slower for good, for no reason found: in an A/B of
+// one build whose touch of the group segment a variable turned off
+// (2026-12-07, 236 runs each in the host's far state), 8 KiB took 4.24
+// µs with the touch against 3.87 without, 4 KiB 2.98 against 2.81, and
+// the build without won 176 of 243 rounds at 8 KiB; touching the rings
+// alone was level with touching nothing (217 runs, 8 KiB 4.36 against
+// 4.42 µs, rounds won 113 to 108).
 func touchPages(mem []byte) {
 	ps := os.Getpagesize()
 	for i := 0; i+8 <= len(mem); i += ps {
