@@ -537,12 +537,25 @@ func TestYieldTight(t *testing.T) {
 		t.Fatalf("yieldTight took %v to give up", d)
 	}
 	// The peer publishes from another goroutine: met within the yields
-	// (retried, as the goroutine may not run in time).
+	// (retried, as the goroutine may not run in time). The goroutine is
+	// running, on another thread, before the wait begins, and publishes
+	// once told: started only then, it had to be scheduled within the
+	// few yields (microseconds), which a loaded machine (the other test
+	// packages) did not always allow.
 	met := false
 	for try := 0; try < 200 && !met; try++ {
 		target := uint64(try + 2)
-		done := make(chan struct{})
-		go func() { peer.Store(target); close(done) }()
+		running, done := make(chan struct{}), make(chan struct{})
+		var publish atomic.Bool
+		go func() {
+			close(running)
+			for !publish.Load() {
+			}
+			peer.Store(target)
+			close(done)
+		}()
+		<-running
+		publish.Store(true)
 		met = m.yieldTight(peer, target)
 		<-done
 	}
