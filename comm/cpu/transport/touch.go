@@ -7,15 +7,15 @@ import (
 )
 
 // touchPages writes every page of mem, a shared mapping (page-aligned,
-// as mmap returns it), once: an atomic
-// add of 0 to its first word, which keeps whatever a peer has stored
-// there (the add is one indivisible read-modify-write, so it loses no
-// concurrent store either). It runs when a segment is mapped, so that
-// no op pays the first access of a page.
+// as mmap returns it), once: an atomic add of 0 to its first word, which
+// keeps whatever a peer has stored there (the add is one indivisible
+// read-modify-write, so it loses no concurrent store either). It runs
+// when a pair's rings are mapped (mapShm), so that no op pays the first
+// access of a ring page.
 //
 // MAP_POPULATE already maps every page, so without a hypervisor in the
-// way this only walks mapped pages (not measured here). But on a VM whose hypervisor keeps
-// shadow page tables (the development VM's PVM), the first access of a
+// way this only walks mapped pages (not measured here). But on a VM
+// whose hypervisor keeps shadow page tables (the development VM's PVM), the first access of a
 // page from a process still costs an exit to the hypervisor: writing one
 // byte per 4 KiB page of a fresh 8 MiB /dev/shm mapping took 5.5-7 µs a
 // page after MAP_POPULATE, and as long after MADV_POPULATE_WRITE
