@@ -85,7 +85,8 @@ func IsErrorEvent(ev *Event) bool {
 }
 
 // Publisher is where events go: a *nats.Conn satisfies it. Publish must not
-// block for long (nats.Conn buffers and returns).
+// block for long (nats.Conn buffers and returns) and must not keep data
+// after it returns: the publisher reuses that memory for the next batch.
 type Publisher interface {
 	Publish(subj string, data []byte) error
 }
@@ -109,8 +110,14 @@ const DefaultWorkEventRate = 1000
 const DefaultSlowOp = 100 * time.Millisecond
 
 // DefaultFlushInterval is how long an event may wait in the publisher's
-// queue before the actor publishes the queue as a batch.
-const DefaultFlushInterval = 20 * time.Millisecond
+// queue before the actor publishes the queue as a batch (error events
+// go at once). Each batch costs the rank a write to the NATS socket and
+// the server a wake-up that takes a CPU from a rank: 100 ms rather than
+// 20 made back-to-back 2-rank allreduces of 64 B–4 KiB 2–10 % faster on
+// the 2-core VM (docs/events.md, "What publishing costs"). The watchdog
+// publishes at its 100 ms tick, so `rankrunner events` sees a busy group
+// at most about 200 ms late.
+const DefaultFlushInterval = 100 * time.Millisecond
 
 // PublisherConfig configures an EventPublisher.
 type PublisherConfig struct {
@@ -199,7 +206,8 @@ type EventPublisher struct {
 	reported uint64
 	lastLog  time.Time
 	subjects map[string]string // kind → EventSubject
-	buf      []byte            // JSON of the event being published
+	enc      []byte            // the JSON of the batch being published, event after event
+	ends     []int             // ends[i]: where event i's JSON ends in enc (-1: not encoded)
 }
 
 // dropReport asks the actor to publish the drop count.
@@ -465,15 +473,43 @@ func (p *EventPublisher) flush() {
 	if len(batch) == 0 {
 		return
 	}
+	// Encode the whole batch first, yielding between stretches, then hand
+	// every message to the Publisher with no scheduling point between
+	// them. A *nats.Conn buffers what Publish gives it and its flusher
+	// goroutine writes the buffer when it next runs: with a rank's one
+	// thread (GOMAXPROCS=1) that is once per batch, not once per stretch
+	// of encoding. Each write to the NATS socket costs the rank tens of µs
+	// of system call on a VM and wakes the server, whose thread then takes
+	// a CPU from a rank (docs/events.md, "What publishing costs").
+	p.enc, p.ends = p.enc[:0], p.ends[:0]
 	for i := range batch {
 		if i > 0 && i%flushYield == 0 {
-			// A rank often runs on one thread (GOMAXPROCS=1): let the
-			// training goroutine run between stretches of encoding.
+			// Let the training goroutine run between stretches of
+			// encoding.
 			runtime.Gosched()
 		}
+		batch[i].SchemaVersion = EventSchemaVersion
+		data, err := json.Marshal(&batch[i])
+		if err != nil {
+			p.ends = append(p.ends, -1)
+			continue
+		}
+		p.enc = append(p.enc, data...)
+		p.ends = append(p.ends, len(p.enc))
+	}
+	start := 0
+	for i := range batch {
 		p.queued.Add(-1)
-		p.publish(&batch[i])
+		if end := p.ends[i]; end >= 0 {
+			p.sent(&batch[i], p.pub.Publish(p.subject(batch[i].Kind), p.enc[start:end]))
+			start = end
+		} else {
+			p.sent(&batch[i], errEncode)
+		}
 		batch[i] = Event{}
+	}
+	if cap(p.enc) > maxEncodeKeep {
+		p.enc = nil // a burst's encoding: do not keep it for the rest of the run
 	}
 	if cap(batch) <= 2*p.cfg.Buffer { // keep it for reuse (append may round the capacity up)
 		p.qmu.Lock()
@@ -489,20 +525,42 @@ func (p *EventPublisher) flush() {
 // flushYield is how many events the actor publishes between yields.
 const flushYield = 16
 
+// errEncode stands for an event that json.Marshal refused (a value it
+// cannot encode); it is counted as a failed publish.
+var errEncode = errors.New("actors: event could not be encoded as JSON")
+
+// maxEncodeKeep is the largest encoding buffer flush keeps for the next
+// batch (a steady rate's batches are a few KB).
+const maxEncodeKeep = 1 << 20
+
+// publish encodes ev and publishes it at once (actor goroutine only).
 func (p *EventPublisher) publish(ev *Event) {
 	ev.SchemaVersion = EventSchemaVersion
 	data, err := json.Marshal(ev)
 	if err == nil {
-		subj, cached := p.subjects[ev.Kind]
-		if !cached {
-			subj = EventSubject(p.cfg.Job, p.cfg.Rank, ev.Kind)
-			if p.subjects == nil {
-				p.subjects = map[string]string{}
-			}
-			p.subjects[ev.Kind] = subj
-		}
-		err = p.pub.Publish(subj, data)
+		err = p.pub.Publish(p.subject(ev.Kind), data)
 	}
+	p.sent(ev, err)
+}
+
+// subject is the NATS subject of an event of this kind (cached per kind;
+// actor goroutine only).
+func (p *EventPublisher) subject(kind string) string {
+	subj, cached := p.subjects[kind]
+	if !cached {
+		subj = EventSubject(p.cfg.Job, p.cfg.Rank, kind)
+		if p.subjects == nil {
+			p.subjects = map[string]string{}
+		}
+		p.subjects[kind] = subj
+	}
+	return subj
+}
+
+// sent counts the outcome of publishing ev: err nil is published, else a
+// failed (and dropped) event, logged at most once a second (actor
+// goroutine only).
+func (p *EventPublisher) sent(ev *Event, err error) {
 	if err != nil {
 		p.failed.Add(1)
 		p.dropped.Add(1)

@@ -7,7 +7,10 @@ import (
 	"github.com/ranktree/ranktree/store/natsstore"
 	"io"
 	"log/slog"
+	"net"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,6 +280,100 @@ func TestPublisherOverNATS(t *testing.T) {
 		if ev.Seq != seq || ev.Op != "ALLREDUCE" || ev.Rank != 1 || ev.Job != "jobx" {
 			t.Errorf("event %d = %+v", seq, ev)
 		}
+	}
+}
+
+// countingDialer dials TCP and counts the writes on the connections it made.
+type countingDialer struct{ writes atomic.Int64 }
+
+func (d *countingDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, writes: &d.writes}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestPublisherWritesBatchOnce: with a rank's one thread (GOMAXPROCS=1, as
+// rankrunner sets it) a batch of events reaches the NATS socket in one
+// write, not one per stretch of encoding between the actor's yields: each
+// write costs the rank a system call and wakes the server. All events
+// still arrive, in order.
+func TestPublisherWritesBatchOnce(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	url, shutdown, err := natsstore.StartEmbedded(natsstore.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(shutdown)
+	sub, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	ch := make(chan *nats.Msg, 256)
+	if _, err := sub.ChanSubscribe(EventWildcard("jobw"), ch); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d := &countingDialer{}
+	nc, err := nats.Connect(url, nats.SetCustomDialer(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 4 * flushYield // four stretches of encoding: 4 writes before the batch was encoded first
+	p := newTestPublisher(t, nc, PublisherConfig{Job: "jobw", Rank: 2, FlushInterval: time.Hour})
+	before := d.writes.Load()
+	for seq := uint64(1); seq <= n; seq++ {
+		p.Emit(Event{Kind: KindWork, Group: "default_pg", Seq: seq, Op: "ALLREDUCE", State: StateCompleted, DurUS: 12.5})
+	}
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Let the connection's flusher run before counting.
+	deadline := time.Now().Add(5 * time.Second)
+	for d.writes.Load() == before && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	// One write; two leave room for a Publish that finds the connection's
+	// lock taken by its reader, a scheduling point.
+	if w := d.writes.Load() - before; w > 2 {
+		t.Errorf("%d events reached the socket in %d writes, want 1 (at most 2)", n, w)
+	}
+	for seq := uint64(1); seq <= n; seq++ {
+		select {
+		case msg := <-ch:
+			var ev Event
+			if err := json.Unmarshal(msg.Data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.Seq != seq || ev.Rank != 2 || msg.Subject != "ranktree.jobw.events.2.work" {
+				t.Fatalf("message %d: subject %q, event %+v", seq, msg.Subject, ev)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("event %d never arrived", seq)
+		}
+	}
+	if got := p.Published(); got != n {
+		t.Errorf("Published() = %d, want %d", got, n)
 	}
 }
 
