@@ -113,8 +113,9 @@ const DefaultSlowOp = 100 * time.Millisecond
 // queue before the actor publishes the queue as a batch (error events
 // go at once). Each batch costs the rank a write to the NATS socket and
 // the server a wake-up that takes a CPU from a rank: 100 ms rather than
-// 20 made back-to-back 2-rank allreduces of 64 B–4 KiB 2–10 % faster on
-// the 2-core VM (docs/events.md, "What publishing costs"). The watchdog
+// 20, with one socket write per batch, made back-to-back 2-rank
+// allreduces of 4 B–4 KiB 3–6 % faster on the 2-core VM (docs/events.md,
+// "What publishing costs"). The watchdog
 // publishes at its 100 ms tick, so `rankrunner events` sees a busy group
 // at most about 200 ms late.
 const DefaultFlushInterval = 100 * time.Millisecond
