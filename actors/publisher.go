@@ -475,13 +475,14 @@ func (p *EventPublisher) flush() {
 		return
 	}
 	// Encode the whole batch first, yielding between stretches, then hand
-	// every message to the Publisher with no scheduling point between
-	// them. A *nats.Conn buffers what Publish gives it and its flusher
-	// goroutine writes the buffer when it next runs: with a rank's one
-	// thread (GOMAXPROCS=1) that is once per batch, not once per stretch
-	// of encoding. Each write to the NATS socket costs the rank tens of µs
-	// of system call on a VM and wakes the server, whose thread then takes
-	// a CPU from a rank (docs/events.md, "What publishing costs").
+	// the messages to the Publisher with no scheduling point between them
+	// (but every publishYield). A *nats.Conn buffers what Publish gives it
+	// and its flusher goroutine writes the buffer when it next runs: with a
+	// rank's one thread (GOMAXPROCS=1) that is once per batch, not once per
+	// stretch of encoding. Each write to the NATS socket costs the rank
+	// tens of µs of system call on a VM and wakes the server, whose thread
+	// then takes a CPU from a rank (docs/events.md, "What publishing
+	// costs").
 	p.enc, p.ends = p.enc[:0], p.ends[:0]
 	for i := range batch {
 		if i > 0 && i%flushYield == 0 {
@@ -492,6 +493,7 @@ func (p *EventPublisher) flush() {
 		batch[i].SchemaVersion = EventSchemaVersion
 		data, err := json.Marshal(&batch[i])
 		if err != nil {
+			p.sent(&batch[i], err)
 			p.ends = append(p.ends, -1)
 			continue
 		}
@@ -500,12 +502,13 @@ func (p *EventPublisher) flush() {
 	}
 	start := 0
 	for i := range batch {
+		if i > 0 && i%publishYield == 0 {
+			runtime.Gosched() // a burst: one write per stretch
+		}
 		p.queued.Add(-1)
 		if end := p.ends[i]; end >= 0 {
 			p.sent(&batch[i], p.pub.Publish(p.subject(batch[i].Kind), p.enc[start:end]))
 			start = end
-		} else {
-			p.sent(&batch[i], errEncode)
 		}
 		batch[i] = Event{}
 	}
@@ -523,12 +526,14 @@ func (p *EventPublisher) flush() {
 	}
 }
 
-// flushYield is how many events the actor publishes between yields.
+// flushYield is how many events the actor encodes between yields.
 const flushYield = 16
 
-// errEncode stands for an event that json.Marshal refused (a value it
-// cannot encode); it is counted as a failed publish.
-var errEncode = errors.New("actors: event could not be encoded as JSON")
+// publishYield is how many encoded events the actor hands the Publisher
+// between yields: a burst's stretches (about 200 bytes an event) stay
+// within a *nats.Conn's 32 KiB write buffer, and a steady rate's batch of
+// 100 ms (at most about 100 Work events) goes out in one write.
+const publishYield = 128
 
 // maxEncodeKeep is the largest encoding buffer flush keeps for the next
 // batch (a steady rate's batches are a few KB).

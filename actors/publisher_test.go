@@ -7,6 +7,7 @@ import (
 	"github.com/ranktree/ranktree/store/natsstore"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"runtime"
 	"sync"
@@ -220,6 +221,48 @@ func TestPublisherCountsPublishFailures(t *testing.T) {
 		t.Errorf("dropped %d published %d; want ≥3 and 0", p.Dropped(), p.Published())
 	}
 	p.Emit(Event{Kind: KindWork}) // after Close: dropped, no panic
+}
+
+// TestPublisherSkipsUnencodableEvent: an event json.Marshal refuses (a NaN
+// duration) in the middle of a batch is counted as failed and dropped; the
+// rest of the batch goes out, in order, each message its own event's JSON.
+func TestPublisherSkipsUnencodableEvent(t *testing.T) {
+	rec := &recordingPublisher{}
+	p := newTestPublisher(t, rec, PublisherConfig{Job: "j", FlushInterval: time.Hour})
+	for seq := uint64(1); seq <= 40; seq++ {
+		ev := Event{Kind: KindWork, Seq: seq, State: StateCompleted, DurUS: float64(seq)}
+		if seq == 17 {
+			ev.DurUS = math.NaN()
+		}
+		p.Emit(ev)
+	}
+	if err := p.Close(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, all := rec.events()
+	var evs []Event
+	drops := false
+	for _, ev := range all {
+		switch ev.Kind {
+		case KindWork:
+			evs = append(evs, ev)
+		case KindDrops:
+			drops = ev.Dropped == 1
+		}
+	}
+	if len(evs) != 39 || p.Dropped() != 1 || !drops {
+		t.Fatalf("published %d work events, dropped %d (drop report %v); want 39, 1 and a report of 1", len(evs), p.Dropped(), drops)
+	}
+	want := uint64(1)
+	for _, ev := range evs {
+		if want == 17 {
+			want++
+		}
+		if ev.Seq != want || ev.DurUS != float64(want) {
+			t.Fatalf("event %+v, want seq %d with duration %d", ev, want, want)
+		}
+		want++
+	}
 }
 
 func TestNewEventPublisherRejectsBadConfig(t *testing.T) {
