@@ -277,19 +277,32 @@ func TestNewEventPublisherRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestPublisherOverNATS publishes through a real *nats.Conn to an embedded
-// NATS server and reads the events back with a wildcard subscriber.
-func TestPublisherOverNATS(t *testing.T) {
+// startNATS starts an embedded NATS server for the test and returns its URL.
+func startNATS(t *testing.T) string {
+	t.Helper()
 	url, shutdown, err := natsstore.StartEmbedded(natsstore.EmbeddedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(shutdown)
-	nc, err := nats.Connect(url)
+	return url
+}
+
+// connectNATS connects to url with opts, closed at the test's end.
+func connectNATS(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestPublisherOverNATS publishes through a real *nats.Conn to an embedded
+// NATS server and reads the events back with a wildcard subscriber.
+func TestPublisherOverNATS(t *testing.T) {
+	nc := connectNATS(t, startNATS(t))
 	sub, err := nc.SubscribeSync(EventWildcard("jobx"))
 	if err != nil {
 		t.Fatal(err)
@@ -354,16 +367,8 @@ func (c *countingConn) Write(b []byte) (int, error) {
 // still arrive, in order.
 func TestPublisherWritesBatchOnce(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	url, shutdown, err := natsstore.StartEmbedded(natsstore.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(shutdown)
-	sub, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sub.Close)
+	url := startNATS(t)
+	sub := connectNATS(t, url)
 	ch := make(chan *nats.Msg, 256)
 	if _, err := sub.ChanSubscribe(EventWildcard("jobw"), ch); err != nil {
 		t.Fatal(err)
@@ -372,11 +377,7 @@ func TestPublisherWritesBatchOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &countingDialer{}
-	nc, err := nats.Connect(url, nats.SetCustomDialer(d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := connectNATS(t, url, nats.SetCustomDialer(d))
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
