@@ -15,11 +15,11 @@ import (
 //
 // MAP_POPULATE already maps every page, so without a hypervisor in the
 // way this only walks mapped pages (not measured here). But on a VM
-// whose hypervisor keeps shadow page tables (the development VM's PVM), the first access of a
-// page from a process still costs an exit to the hypervisor: writing one
-// byte per 4 KiB page of a fresh 8 MiB /dev/shm mapping took 5.5-7 µs a
-// page after MAP_POPULATE, and as long after MADV_POPULATE_WRITE
-// (2026-12-06). The rings' offsets only move forward, so the first lap
+// whose hypervisor keeps shadow page tables (the development VM's PVM),
+// the first access of a page from a process still costs an exit to the
+// hypervisor: writing one byte per 4 KiB page of a fresh 8 MiB /dev/shm
+// mapping took 5.5-7 µs a page after MAP_POPULATE, and as long after
+// MADV_POPULATE_WRITE (2026-12-06). The rings' offsets only move forward, so the first lap
 // of a 4 MiB ring paid it on every page: a 256 KiB broadcast took
 // 200-1000 µs on its first lap against 15 µs after, which also made the
 // two-rank probe (tune.go) pick the single copy for rings it had timed
