@@ -100,6 +100,12 @@ type Ctl struct {
 	// of the backoff's yields and timers.
 	// Set once at connect, read by tcp reader goroutines (poke).
 	Grp atomic.Pointer[ShmGroup]
+	// copyNs adds up the time of the shm copies the copiers chose a way
+	// for (progress goroutine only): a reader timing its own copy out of
+	// a ring takes out what a forward's sends copied meanwhile (a
+	// forward's sink lets its link copy each piece it reduced,
+	// mesh_forward.go; shm_copy.go).
+	copyNs int64
 }
 
 // pumpAll moves queued shm sends into their rings; it reports progress.

@@ -34,8 +34,9 @@ import (
 // could start 8 bytes off and a piece end mid-element.)
 const (
 	shmDataOff = 4096
-	// shmChunk bounds one copy out of a ring, so that the other side
-	// sees progress (pipelining) and Abort is noticed between chunks.
+	// shmChunk is the unit of the copiers' estimates (their time per
+	// shmChunk bytes, shm_copy.go). A reader copies at most a piece at a
+	// time (shmPiece), so that each timed copy is of one way.
 	shmChunk = 1 << 20
 	// shmPiece bounds one copy into a ring: senders split the ring into
 	// pieces of shmPiece bytes, a copy never crosses a piece boundary and
@@ -55,6 +56,15 @@ type shmRing struct {
 	data       []byte
 	size       uint64
 	local      uint64 // our own counter: tail for the producer, head for the consumer
+	// marks and rest: each piece's way, and the reader's times of them
+	// (shm_copy.go).
+	marks *[markSlots]atomic.Uint32
+	rest  *readerEst
+}
+
+// markOf is the mark word of the piece at ring offset at.
+func (r *shmRing) markOf(at uint64) *atomic.Uint32 {
+	return &r.marks[(at/shmPiece)%markSlots]
 }
 
 // padMsg is n rounded up to the 16-byte granularity of the rings.
@@ -191,8 +201,13 @@ func mapShm(f *os.File, path string, size, ringBytes int, creator bool) (*ShmLin
 func RingsOver(mem []byte, ringBytes int, creator bool) *ShmLink {
 	u64 := func(off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&mem[off])) }
 	R := uint64(ringBytes)
-	r0 := shmRing{tail: u64(0), head: u64(128), data: mem[shmDataOff : shmDataOff+ringBytes], size: R}
-	r1 := shmRing{tail: u64(256), head: u64(384), data: mem[shmDataOff+ringBytes : shmDataOff+2*ringBytes], size: R}
+	marks := func(off int) *[markSlots]atomic.Uint32 { return (*[markSlots]atomic.Uint32)(unsafe.Pointer(&mem[off])) }
+	est := func(off int) *readerEst { return (*readerEst)(unsafe.Pointer(&mem[off])) }
+	// Control page: the counters and sleep flags on lines of their own
+	// (0-767), the readers' estimates (768, 896), each ring's piece marks
+	// (1024, 2048: markSlots words).
+	r0 := shmRing{tail: u64(0), head: u64(128), data: mem[shmDataOff : shmDataOff+ringBytes], size: R, rest: est(768), marks: marks(1024)}
+	r1 := shmRing{tail: u64(256), head: u64(384), data: mem[shmDataOff+ringBytes : shmDataOff+2*ringBytes], size: R, rest: est(896), marks: marks(2048)}
 	u32 := func(off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&mem[off])) }
 	s := &ShmLink{mem: mem}
 	if creator {
@@ -292,19 +307,25 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			n = free
 		}
 		// A piece with at least streamMin bytes of payload: slotCopier
-		// picks how to store them, streaming those of short messages
-		// only when cached stores are much slower (streamMsgMin).
-		way := -1
-		cp := &s.copiers[0]
+		// picks how to store them (shm_copy.go), from the writer's and,
+		// for messages from pairMin, the reader's times, and marks the
+		// piece with its way for the reader to time it.
+		way, ci := -1, 0
 		if j.fwd {
-			cp = &s.copiers[1]
+			ci = 1
 		}
+		cp := &s.copiers[ci]
 		if payloadIn(j, n) >= streamMin {
 			margin := streamingMargin
 			if len(j.payload) <= streamMsgMin {
 				margin = smallStreamingMargin
 			}
-			way = cp.choose(margin)
+			var rd [2]float64
+			if len(j.payload) >= pairMin {
+				rd = r.rest.of(ci)
+			}
+			way = cp.choose(margin, rd)
+			r.markOf(at).Store(uint32(1 + way + 2*ci))
 		}
 		dst := r.data[at : at+n]
 		// Copy the part of [pos, pos+n) that is header, then payload;
@@ -321,11 +342,15 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			case copyStreaming:
 				t0 := time.Now()
 				streamCopy(dst[:k], src[:k])
-				cp.observe(way, time.Since(t0), k)
+				d := time.Since(t0)
+				cp.observe(way, d, k)
+				s.ctl.copyNs += d.Nanoseconds()
 			case copyCached:
 				t0 := time.Now()
 				copy(dst[:k], src[:k])
-				cp.observe(way, time.Since(t0), k)
+				d := time.Since(t0)
+				cp.observe(way, d, k)
+				s.ctl.copyNs += d.Nanoseconds()
 			default:
 				copy(dst[:k], src[:k])
 			}
@@ -503,11 +528,28 @@ func (s *ShmLink) read(h *Header, sk sink) error {
 		}
 		b.reset()
 		at := r.local % r.size
-		n := min(avail, total-got, r.size-at, shmChunk)
+		// One piece at most (shmPiece), so that a timed copy is of one
+		// way (see slotCopier).
+		n := min(avail, total-got, r.size-at, shmPiece-at%shmPiece)
 		if got < h.Len {
 			k := min(n, h.Len-got)
+			var mark uint32
+			if k >= streamMin {
+				mark = r.markOf(at).Load()
+			}
+			var t0 time.Time
+			var w0 int64
+			if mark != 0 {
+				t0, w0 = time.Now(), s.ctl.copyNs
+			}
 			if err := sk.deliver(int(got), r.data[at:at+k]); err != nil {
 				return err
+			}
+			if mark != 0 {
+				// Less what a forward's sends copied meanwhile (see Ctl.copyNs).
+				if d := time.Since(t0) - time.Duration(s.ctl.copyNs-w0); d > 0 {
+					r.rest.observe(mark, d, int(k))
+				}
 			}
 		}
 		got += n
