@@ -306,55 +306,8 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 			}
 			n = free
 		}
-		// A piece with at least streamMin bytes of payload: slotCopier
-		// picks how to store them (shm_copy.go), from the writer's and,
-		// for messages from pairMin, the reader's times, and marks the
-		// piece with its way for the reader to time it.
-		way, ci := -1, 0
-		if j.fwd {
-			ci = 1
-		}
-		cp := &s.copiers[ci]
-		if payloadIn(j, n) >= streamMin {
-			margin := streamingMargin
-			if len(j.payload) <= streamMsgMin {
-				margin = smallStreamingMargin
-			}
-			var rd [2]float64
-			if len(j.payload) >= pairMin {
-				rd = r.rest.of(ci)
-			}
-			way = cp.choose(margin, rd)
-			r.markOf(at).Store(uint32(1 + way + 2*ci))
-		}
-		dst := r.data[at : at+n]
-		// Copy the part of [pos, pos+n) that is header, then payload;
-		// padding is left as is.
-		p := j.pos
-		if p < HeaderSize {
-			k := copy(dst, j.hdr[p:])
-			dst, p = dst[k:], p+uint64(k)
-		}
-		if len(dst) > 0 && p-HeaderSize < uint64(len(j.payload)) {
-			src := j.payload[p-HeaderSize:]
-			k := min(len(dst), len(src))
-			switch way {
-			case copyStreaming:
-				t0 := time.Now()
-				streamCopy(dst[:k], src[:k])
-				d := time.Since(t0)
-				cp.observe(way, d, k)
-				s.ctl.copyNs += d.Nanoseconds()
-			case copyCached:
-				t0 := time.Now()
-				copy(dst[:k], src[:k])
-				d := time.Since(t0)
-				cp.observe(way, d, k)
-				s.ctl.copyNs += d.Nanoseconds()
-			default:
-				copy(dst[:k], src[:k])
-			}
-		}
+		way, cp := s.pieceWay(j, n, at)
+		s.copyPiece(j, r.data[at:at+n], way, cp)
 		j.pos += n
 		r.local += n
 		r.tail.Store(r.local)
@@ -362,6 +315,62 @@ func (s *ShmLink) writeSome(j *shmJob) (done, progressed bool) {
 		progressed = true
 	}
 	return true, progressed
+}
+
+// pieceWay picks how to store a piece of n bytes of j at ring offset at.
+// A piece with at least streamMin bytes of payload: slotCopier picks the
+// way (shm_copy.go), from the writer's and, for messages from pairMin,
+// the reader's times, and the piece is marked with its way for the
+// reader to time it. Otherwise way is -1: a plain copy, untimed.
+func (s *ShmLink) pieceWay(j *shmJob, n, at uint64) (way int, cp *slotCopier) {
+	ci := 0
+	if j.fwd {
+		ci = 1
+	}
+	cp = &s.copiers[ci]
+	if payloadIn(j, n) < streamMin {
+		return -1, cp
+	}
+	margin := streamingMargin
+	if len(j.payload) <= streamMsgMin {
+		margin = smallStreamingMargin
+	}
+	var rd [2]float64
+	if len(j.payload) >= pairMin {
+		rd = s.tx.rest.of(ci)
+	}
+	way = cp.choose(margin, rd)
+	s.tx.markOf(at).Store(uint32(1 + way + 2*ci))
+	return way, cp
+}
+
+// copyPiece copies into dst the part of j from j.pos that is header,
+// then payload, storing the payload way way (timed into cp) or, for -1,
+// with a plain copy; padding is left as is.
+func (s *ShmLink) copyPiece(j *shmJob, dst []byte, way int, cp *slotCopier) {
+	p := j.pos
+	if p < HeaderSize {
+		k := copy(dst, j.hdr[p:])
+		dst, p = dst[k:], p+uint64(k)
+	}
+	if len(dst) == 0 || p-HeaderSize >= uint64(len(j.payload)) {
+		return
+	}
+	src := j.payload[p-HeaderSize:]
+	k := min(len(dst), len(src))
+	if way < 0 {
+		copy(dst[:k], src[:k])
+		return
+	}
+	t0 := time.Now()
+	if way == copyStreaming {
+		streamCopy(dst[:k], src[:k])
+	} else {
+		copy(dst[:k], src[:k])
+	}
+	d := time.Since(t0)
+	cp.observe(way, d, k)
+	s.ctl.copyNs += d.Nanoseconds()
 }
 
 func (s *ShmLink) send(h *Header, payload []byte) error {
