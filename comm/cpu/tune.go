@@ -30,17 +30,27 @@ import (
 //     with the host's state at 64-256 KiB; the rings won at 1 MiB in both
 //     states seen and were faster or level at 512 KiB (probeMidBytes).
 //
+//   - On the same VM on 2026-12-07 (a round trip of 430-520 ns), the
+//     allgather's single copy won at 128 and 256 KiB where the
+//     broadcast's verdict there went either way (4 of 10 starts for the
+//     single copy), and lost at 64 KiB and 1 MiB: 2 ranks, 15 rounds,
+//     paired ratio of the means against the rings 1.14 at 64 KiB, 0.82
+//     at 128 KiB, 0.84 at 256 KiB, 0.98 at 512 KiB, 1.30 at 1 MiB.
+//
 // So a group of two ranks in two processes on one host measures both at
-// its creation (probeSingleCopy), at 256 KiB and at 1 MiB, and takes the
-// faster at each (applyProbe): a verdict for the single copy widens it
-// to broadcasts of those sizes and lowers the allgather's threshold
-// (Options.SingleCopyMin, unless set) to them.
+// its creation (probeSingleCopy): broadcasts at 256 KiB and at 1 MiB,
+// and allgathers at 256 KiB, and takes the faster at each (applyProbe):
+// a broadcast verdict for the single copy widens it to broadcasts of
+// those sizes, and the allgather's verdict (or, from 512 KiB, the 1 MiB
+// broadcast's) lowers the allgather's threshold (Options.SingleCopyMin,
+// unless set).
 
 const (
-	// probeBytes is the first broadcast size the probe times, and
-	// probeOps how many of each kind it runs per round (three rounds of
-	// each, at both sizes: some 5 ms in all on the VM of 2026-12-06,
-	// reckoned from its op times, not timed as a whole).
+	// probeBytes is the first broadcast size the probe times, and the
+	// allgather's, and probeOps how many of each kind it runs per round
+	// (three rounds of each way, at each probe). On the VM of 2026-12-07
+	// the whole probe took 17.6-26.3 ms (7 starts), the allgathers'
+	// part 2.4-5.0 ms of it.
 	probeBytes = 256 << 10
 	probeOps   = 8
 	// probeMin is the smallest broadcast and allgather that take the
@@ -67,6 +77,12 @@ const (
 	// both sizes.
 	probeMidBytes = 1 << 20
 	probeMidMin   = 512 << 10
+	// probeGatherMin is the smallest allgather (bytes gathered) that takes
+	// the single copy after the allgather's verdict (at probeBytes) was
+	// for it: on the VM of 2026-12-07 it lost at 64 KiB (1.14-1.19× the
+	// rings) and won at 128 KiB (0.81-0.82) in the same rounds. (On the VM
+	// of 2026-11-28 it won at 64 KiB too: 4.6-5.7 against 6.6-7.3 µs.)
+	probeGatherMin = 128 << 10
 )
 
 // probeWanted reports whether the group probes (tuneSingleCopy): two
@@ -91,7 +107,7 @@ func (e *Engine) tuneSingleCopy() error {
 	if !e.probeWanted() {
 		return nil
 	}
-	low, mid, err := probeSingleCopy(e.mesh, &e.cma, e.probeFP)
+	v, err := probeSingleCopy(e.mesh, &e.cma, e.probeFP)
 	var ce *cmaError
 	if errors.As(err, &ce) {
 		e.noCMA(err)
@@ -100,31 +116,49 @@ func (e *Engine) tuneSingleCopy() error {
 	if err != nil {
 		return err
 	}
-	e.applyProbe(low, mid)
-	e.log.Debug().Bool("single_copy_256k", low).Bool("single_copy_1m", mid).Msg("cpu engine: two-rank transfer probe")
+	e.applyProbe(v)
+	e.log.Debug().Bool("single_copy_256k", v.low).Bool("single_copy_1m", v.mid).Bool("single_copy_allgather_256k", v.gather).
+		Msg("cpu engine: two-rank transfer probe")
 	return nil
 }
 
-// applyProbe applies the probe's verdicts: low, the single copy was
-// faster at probeBytes, which decides for broadcasts and allgathers from
-// probeMin to probeMidMin; mid, faster at probeMidBytes, which decides
-// from probeMidMin to comm.HugePageBytes (where it lost, cmaGap). From
-// comm.HugePageBytes up broadcasts take the single copy if either
-// verdict was for it (their buffers then have huge pages, the single
-// copy's best case), and allgathers from Options.SingleCopyMin as
-// without a probe. Neither verdict: nothing changes (the rings, and the
-// allgather's single copy from SingleCopyMin).
-func (e *Engine) applyProbe(low, mid bool) {
-	if !low && !mid {
+// probeVerdicts are the two-rank probe's verdicts (probeSingleCopy),
+// each whether the single copy was the faster: low, broadcasts of
+// probeBytes; mid, broadcasts of probeMidBytes; gather, allgathers of
+// probeBytes gathered.
+type probeVerdicts struct {
+	low, mid, gather bool
+}
+
+// applyProbe applies the probe's verdicts v. Broadcasts: low decides
+// from probeMin to probeMidMin, mid from probeMidMin to
+// comm.HugePageBytes, and from comm.HugePageBytes up broadcasts take the
+// single copy if either was for it (their buffers then have huge pages,
+// the single copy's best case). Allgathers: gather decides from
+// probeGatherMin to probeMidMin, mid from probeMidMin to
+// comm.HugePageBytes, and from Options.SingleCopyMin up they take it as
+// without a probe. Where the single copy is taken below probeMidMin but
+// mid was against it, the sizes from probeMidMin to comm.HugePageBytes
+// use the rings (cmaGap). No verdict for it: nothing changes (the rings,
+// and the allgather's single copy from SingleCopyMin).
+func (e *Engine) applyProbe(v probeVerdicts) {
+	if !v.low && !v.mid && !v.gather {
 		return
 	}
-	lo := probeMin
-	if !low {
-		lo = probeMidMin
+	if v.low || v.mid {
+		lo := probeMin
+		if !v.low {
+			lo = probeMidMin
+		}
+		e.bcastCMA = [2]int{lo, math.MaxInt}
 	}
-	e.bcastCMA = [2]int{lo, math.MaxInt}
-	e.opts.SingleCopyMin = min(e.opts.SingleCopyMin, lo)
-	if low && !mid {
+	switch {
+	case v.gather:
+		e.opts.SingleCopyMin = min(e.opts.SingleCopyMin, probeGatherMin)
+	case v.mid:
+		e.opts.SingleCopyMin = min(e.opts.SingleCopyMin, probeMidMin)
+	}
+	if (v.low || v.gather) && !v.mid {
 		e.cmaGap = [2]int{probeMidMin, comm.HugePageBytes}
 	}
 }
@@ -145,50 +179,94 @@ func (e *Engine) probeFP(k int, op comm.OpType, n, root int) comm.Fingerprint {
 // broadcasts of probeBytes from rank 0 through the rings (broadcastTree)
 // and as many by cross-memory attach (broadcastCMA), each batch between
 // two one-step barriers, in two timed rounds of each after an untimed
-// one; then the same at probeMidBytes. For each size it reports whether
-// the single copy's median op was the faster (probeVerdict): low for
-// probeBytes, mid for probeMidBytes. Rank 1 decides and sends its
+// one; then the same at probeMidBytes; then allgathers of probeBytes
+// gathered, through the rings (ringAllGather) and by cross-memory attach
+// (allgatherCMA). For each it reports whether the single copy's median
+// op was the faster (probeVerdict). Rank 1 decides and sends its
 // verdicts in a one-step broadcast, so both ranks return the same. fp
 // names the probe's k-th op.
-func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpType, n, root int) comm.Fingerprint) (low, mid bool, err error) {
+func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpType, n, root int) comm.Fingerprint) (probeVerdicts, error) {
 	k := 0
 	begin := func(op comm.OpType, n, root int) {
 		k++
 		m.Begin(transport.OpCtx{FP: fp(k, op, n, root)})
 	}
-	verdicts := []byte{0, 0}
+	verdicts := []byte{0, 0, 0}
 	for i, size := range []int{probeBytes, probeMidBytes} {
-		rings, single, err := probeTimes(m, c, begin, size)
+		ring, single := probeBroadcasts(m, c, size)
+		rings, singles, err := probeTimes(m, begin, comm.OpBroadcast, size, ring, single)
 		if err != nil {
-			return false, false, err
+			return probeVerdicts{}, err
 		}
-		if m.Rank() == 1 && probeVerdict(rings, single) {
+		if m.Rank() == 1 && probeVerdict(rings, singles) {
 			verdicts[i] = 1
 		}
 	}
+	ring, single := probeAllGathers(m, c, probeBytes)
+	rings, singles, err := probeTimes(m, begin, comm.OpAllGather, probeBytes, ring, single)
+	if err != nil {
+		return probeVerdicts{}, err
+	}
+	if m.Rank() == 1 && probeVerdict(rings, singles) {
+		verdicts[2] = 1
+	}
 	begin(comm.OpBroadcast, len(verdicts), 1)
 	if err := broadcastFlat(m, verdicts, 1); err != nil {
-		return false, false, err
+		return probeVerdicts{}, err
 	}
-	return verdicts[0] == 1, verdicts[1] == 1, nil
+	return probeVerdicts{low: verdicts[0] == 1, mid: verdicts[1] == 1, gather: verdicts[2] == 1}, nil
 }
 
-// probeTimes runs the probe's rounds at one size (probeSingleCopy) and
-// returns each timed op's time on this rank, through the rings and by
-// the single copy.
-func probeTimes(m *transport.Mesh, c *cmaSide, begin func(op comm.OpType, n, root int), size int) (rings, single []time.Duration, err error) {
+// probeBroadcasts returns the probe's two ways of one broadcast of size
+// bytes from rank 0: through the rings, and by the single copy.
+func probeBroadcasts(m *transport.Mesh, c *cmaSide, size int) (ring, single func() error) {
 	buf := make([]byte, size)
 	if m.Rank() == 0 {
 		for i := range buf {
 			buf[i] = byte(i)
 		}
 	}
+	ring = func() error {
+		if err := broadcastTree(m, buf, 0); err != nil {
+			return err
+		}
+		return m.Flush()
+	}
+	single = func() error { return broadcastCMA(m, buf, 0, c) }
+	return ring, single
+}
+
+// probeAllGathers returns the probe's two ways of one allgather of size
+// bytes gathered (size/2 from each rank): through the rings, and by the
+// single copy.
+func probeAllGathers(m *transport.Mesh, c *cmaSide, size int) (ring, single func() error) {
+	r := m.Rank()
+	mine := make([]byte, size/2)
+	for i := range mine {
+		mine[i] = byte(i + r)
+	}
+	blocks := [][]byte{make([]byte, size/2), make([]byte, size/2)}
+	ring = func() error {
+		copy(blocks[r], mine)
+		if err := ringAllGather(m, blocks, 0); err != nil {
+			return err
+		}
+		return m.Flush()
+	}
+	single = func() error { return allgatherCMA(m, blocks, mine, c) }
+	return ring, single
+}
+
+// probeTimes runs the probe's rounds of one op (op, of n bytes, through
+// ring or by single; probeSingleCopy) and returns each timed op's time
+// on this rank, through the rings and by the single copy.
+func probeTimes(m *transport.Mesh, begin func(op comm.OpType, n, root int), op comm.OpType, n int, ring, single func() error) (rings, singles []time.Duration, err error) {
 	barrier := func() error {
 		begin(comm.OpBroadcast, 0, 0)
 		return broadcastFlat(m, nil, 0)
 	}
-	// Rounds 0 and 1 warm up (the pages of buf and of the rings);
-	// rounds 2-5 are timed.
+	// Rounds 0 and 1 warm up (the pages of the buffers and of the
+	// rings); rounds 2-5 are timed.
 	for round := range 6 {
 		cma := round%2 == 1
 		if err := barrier(); err != nil {
@@ -196,29 +274,24 @@ func probeTimes(m *transport.Mesh, c *cmaSide, begin func(op comm.OpType, n, roo
 		}
 		for range probeOps {
 			t0 := time.Now()
-			var err error
-			begin(comm.OpBroadcast, size, 0)
+			begin(op, n, 0)
+			run := ring
 			if cma {
-				err = broadcastCMA(m, buf, 0, c)
-			} else {
-				err = broadcastTree(m, buf, 0)
-				if err == nil {
-					err = m.Flush()
-				}
+				run = single
 			}
-			if err != nil {
+			if err := run(); err != nil {
 				return nil, nil, err
 			}
 			switch {
 			case round < 2:
 			case cma:
-				single = append(single, time.Since(t0))
+				singles = append(singles, time.Since(t0))
 			default:
 				rings = append(rings, time.Since(t0))
 			}
 		}
 	}
-	return rings, single, nil
+	return rings, singles, nil
 }
 
 // probeVerdict reports whether the single copy was faster: whether the

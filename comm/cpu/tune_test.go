@@ -29,11 +29,11 @@ func probeBoth(g *group) [2]error {
 }
 
 // checkTwoRankTransfers runs broadcasts (from each root) and allgathers
-// of sizes around probeMin and up to 1 MiB on a two-rank group and checks
-// every result.
+// of sizes around probeMin and probeGatherMin and up to 1 MiB on a
+// two-rank group and checks every result.
 func checkTwoRankTransfers(t *testing.T, g *group, rng *rand.Rand) {
 	t.Helper()
-	for _, nbytes := range []int{probeMin - 4, probeMin, 300_004, 1 << 20} {
+	for _, nbytes := range []int{probeMin - 4, probeMin, probeGatherMin, 300_004, 1 << 20} {
 		for root := range 2 {
 			checkBroadcast(t, g, rng, comm.Float32, nbytes/4, root, fmt.Sprintf("broadcast of %d bytes", nbytes))
 		}
@@ -77,18 +77,19 @@ func TestProbeSingleCopy(t *testing.T) {
 		}
 		same(t, g)
 		for r, e := range g.engines {
-			if e.useBroadcastCMA(1<<20) || e.useCMA(1<<20) {
-				t.Fatalf("rank %d takes the single copy at 1 MiB after a probe that found it slower", r)
+			if e.useBroadcastCMA(1<<20) || e.useCMA(1<<20) || e.useBroadcastCMA(probeBytes) || e.useCMA(probeBytes) {
+				t.Fatalf("rank %d takes the single copy after a probe that found it slower", r)
 			}
 		}
 	})
 	t.Run("single copy taken", func(t *testing.T) {
 		g := newGroup(t, 2, Options{Transport: TransportSHM})
 		for _, e := range g.engines {
-			e.applyProbe(true, true)
-			if !e.useBroadcastCMA(probeMin) || e.useBroadcastCMA(probeMin-1) || !e.useCMA(probeMin) || e.useCMA(probeMin-1) {
-				t.Fatalf("after a verdict for the single copy: broadcast at %d %v, at %d %v; allgather %v, %v",
-					probeMin, e.useBroadcastCMA(probeMin), probeMin-1, e.useBroadcastCMA(probeMin-1), e.useCMA(probeMin), e.useCMA(probeMin-1))
+			e.applyProbe(probeVerdicts{low: true, mid: true, gather: true})
+			if !e.useBroadcastCMA(probeMin) || e.useBroadcastCMA(probeMin-1) || !e.useCMA(probeGatherMin) || e.useCMA(probeGatherMin-1) {
+				t.Fatalf("after verdicts for the single copy: broadcast at %d %v, at %d %v; allgather at %d %v, at %d %v",
+					probeMin, e.useBroadcastCMA(probeMin), probeMin-1, e.useBroadcastCMA(probeMin-1),
+					probeGatherMin, e.useCMA(probeGatherMin), probeGatherMin-1, e.useCMA(probeGatherMin-1))
 			}
 			if !e.useBroadcastCMA(math.MaxInt32) {
 				t.Fatal("the single copy's broadcast window stops below 2 GiB")
@@ -102,25 +103,47 @@ func TestProbeSingleCopy(t *testing.T) {
 		}
 	})
 	t.Run("verdicts by size", func(t *testing.T) {
-		// {low, mid}: the sizes that take the single copy, broadcast and
-		// allgather alike (below SingleCopyMin's default, 2 MiB, the
-		// allgather follows the probe; from it, it always does).
+		// The sizes that take the single copy after each set of verdicts:
+		// bcast for broadcasts, gather for allgathers (from
+		// SingleCopyMin's default, 2 MiB, the allgather always does).
+		const mid, huge = probeMidMin, comm.HugePageBytes
 		for _, c := range []struct {
-			low, mid bool
-			at       map[int]bool
+			v             probeVerdicts
+			bcast, gather map[int]bool
 		}{
-			{true, false, map[int]bool{probeMin - 1: false, probeMin: true, probeMidMin - 1: true, probeMidMin: false, comm.HugePageBytes - 1: false, comm.HugePageBytes: true}},
-			{false, true, map[int]bool{probeMin: false, probeMidMin - 1: false, probeMidMin: true, comm.HugePageBytes - 1: true, comm.HugePageBytes: true}},
-			{true, true, map[int]bool{probeMin - 1: false, probeMin: true, probeMidMin: true, comm.HugePageBytes: true}},
-			{false, false, map[int]bool{probeMin: false, probeMidMin: false, comm.HugePageBytes - 1: false}},
+			{probeVerdicts{low: true},
+				map[int]bool{probeMin - 1: false, probeMin: true, mid - 1: true, mid: false, huge - 1: false, huge: true},
+				map[int]bool{probeMin: false, probeGatherMin: false, mid - 1: false, mid: false, huge - 1: false, huge: true}},
+			{probeVerdicts{mid: true},
+				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge - 1: true, huge: true},
+				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge - 1: true, huge: true}},
+			{probeVerdicts{low: true, mid: true},
+				map[int]bool{probeMin - 1: false, probeMin: true, mid: true, huge: true},
+				map[int]bool{probeGatherMin: false, mid - 1: false, mid: true, huge: true}},
+			{probeVerdicts{gather: true},
+				map[int]bool{probeMin: false, mid: false, huge - 1: false, huge: false},
+				map[int]bool{probeMin: false, probeGatherMin - 1: false, probeGatherMin: true, mid - 1: true, mid: false, huge - 1: false, huge: true}},
+			{probeVerdicts{low: true, gather: true},
+				map[int]bool{probeMin: true, mid - 1: true, mid: false, huge: true},
+				map[int]bool{probeMin: false, probeGatherMin: true, mid - 1: true, mid: false, huge: true}},
+			{probeVerdicts{mid: true, gather: true},
+				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge: true},
+				map[int]bool{probeGatherMin - 1: false, probeGatherMin: true, mid: true, huge - 1: true, huge: true}},
+			{probeVerdicts{},
+				map[int]bool{probeMin: false, mid: false, huge - 1: false},
+				map[int]bool{probeMin: false, probeGatherMin: false, mid: false, huge - 1: false, huge: true}},
 		} {
 			g := newGroup(t, 2, Options{Transport: TransportSHM})
 			for _, e := range g.engines {
-				e.applyProbe(c.low, c.mid)
-				for n, want := range c.at {
-					if e.useBroadcastCMA(n) != want || e.useCMA(n) != want {
-						t.Fatalf("verdicts %v/%v: %d bytes: broadcast takes the single copy %v, allgather %v, want %v",
-							c.low, c.mid, n, e.useBroadcastCMA(n), e.useCMA(n), want)
+				e.applyProbe(c.v)
+				for n, want := range c.bcast {
+					if e.useBroadcastCMA(n) != want {
+						t.Fatalf("verdicts %+v: a broadcast of %d bytes takes the single copy %v, want %v", c.v, n, e.useBroadcastCMA(n), want)
+					}
+				}
+				for n, want := range c.gather {
+					if e.useCMA(n) != want {
+						t.Fatalf("verdicts %+v: an allgather of %d bytes takes the single copy %v, want %v", c.v, n, e.useCMA(n), want)
 					}
 				}
 			}
