@@ -35,10 +35,13 @@ import (
 //     broadcast's verdict there went either way (4 of 10 starts for the
 //     single copy), and lost at 64 KiB and 1 MiB: 2 ranks, 15 rounds,
 //     paired ratio of the means against the rings 1.14 at 64 KiB, 0.82
-//     at 128 KiB, 0.84 at 256 KiB, 0.98 at 512 KiB, 1.30 at 1 MiB.
+//     at 128 KiB, 0.84 at 256 KiB, 0.98 at 512 KiB, 1.30 at 1 MiB. The
+//     broadcast's single copy won below 256 KiB and was level there (30
+//     rounds, the window forced): 0.84 at 64 KiB, 0.61 at 128 KiB, 0.83
+//     at 192 KiB, 1.00 at 256 KiB.
 //
 // So a group of two ranks in two processes on one host measures both at
-// its creation (probeSingleCopy): broadcasts at 256 KiB and at 1 MiB,
+// its creation (probeSingleCopy): broadcasts at 128 KiB and at 1 MiB,
 // and allgathers at 256 KiB, and takes the faster at each (applyProbe):
 // a broadcast verdict for the single copy widens it to broadcasts of
 // those sizes, and the allgather's verdict (or, from 512 KiB, the 1 MiB
@@ -46,11 +49,18 @@ import (
 // unless set).
 
 const (
-	// probeBytes is the first broadcast size the probe times, and the
-	// allgather's, and probeOps how many of each kind it runs per round
+	// probeBcastBytes is the first broadcast size the probe times, and
+	// probeBcastSplit the size from which the second (probeMidBytes)
+	// decides for broadcasts instead: the first decides from probeMin.
+	// Until session 23 the first was 256 KiB, where the two ways were
+	// level on the VM of 2026-12-07 and its verdict went either way.
+	probeBcastBytes = 128 << 10
+	probeBcastSplit = 256 << 10
+	// probeBytes is the allgather's size the probe times (bytes
+	// gathered), and probeOps how many of each kind it runs per round
 	// (three rounds of each way, at each probe). On the VM of 2026-12-07
-	// the whole probe took 17.6-26.3 ms (7 starts), the allgathers'
-	// part 2.4-5.0 ms of it.
+	// the whole probe, broadcasts at 256 KiB then, took 17.6-26.3 ms (7
+	// starts), the allgathers' part 2.4-5.0 ms of it.
 	probeBytes = 256 << 10
 	probeOps   = 8
 	// probeMin is the smallest broadcast and allgather that take the
@@ -60,9 +70,10 @@ const (
 	// against 3.4-3.5); the one threshold of both stays at the size
 	// where the broadcast gains, and the allgather below it is not tuned.
 	probeMin = 64 << 10
-	// probeMidBytes is the second size the probe times, and probeMidMin
-	// the smallest broadcast and allgather that its verdict decides for:
-	// from probeMidMin to comm.HugePageBytes (2 MiB), where the buffers
+	// probeMidBytes is the second broadcast size the probe times, and
+	// probeMidMin the smallest allgather that its verdict decides for
+	// (broadcasts: from probeBcastSplit): up to comm.HugePageBytes (2
+	// MiB), where the buffers
 	// of comm.NewHostBuffer have 4 KiB pages, as the probe's have, and
 	// the single copy's kernel pins every one of them. On the
 	// development VM on 2026-12-06 the single copy lost at 1 MiB in both
@@ -117,40 +128,42 @@ func (e *Engine) tuneSingleCopy() error {
 		return err
 	}
 	e.applyProbe(v)
-	e.log.Debug().Bool("single_copy_256k", v.low).Bool("single_copy_1m", v.mid).Bool("single_copy_allgather_256k", v.gather).
+	e.log.Debug().Bool("single_copy_128k", v.low).Bool("single_copy_1m", v.mid).Bool("single_copy_allgather_256k", v.gather).
 		Msg("cpu engine: two-rank transfer probe")
 	return nil
 }
 
 // probeVerdicts are the two-rank probe's verdicts (probeSingleCopy),
 // each whether the single copy was the faster: low, broadcasts of
-// probeBytes; mid, broadcasts of probeMidBytes; gather, allgathers of
-// probeBytes gathered.
+// probeBcastBytes; mid, broadcasts of probeMidBytes; gather, allgathers
+// of probeBytes gathered.
 type probeVerdicts struct {
 	low, mid, gather bool
 }
 
 // applyProbe applies the probe's verdicts v. Broadcasts: low decides
-// from probeMin to probeMidMin, mid from probeMidMin to
+// from probeMin to probeBcastSplit, mid from probeBcastSplit to
 // comm.HugePageBytes, and from comm.HugePageBytes up broadcasts take the
 // single copy if either was for it (their buffers then have huge pages,
 // the single copy's best case). Allgathers: gather decides from
 // probeGatherMin to probeMidMin, mid from probeMidMin to
 // comm.HugePageBytes, and from Options.SingleCopyMin up they take it as
-// without a probe. Where the single copy is taken below probeMidMin but
-// mid was against it, the sizes from probeMidMin to comm.HugePageBytes
-// use the rings (cmaGap). No verdict for it: nothing changes (the rings,
-// and the allgather's single copy from SingleCopyMin).
+// without a probe. Where the single copy is taken below the split but
+// mid was against it, the sizes from the split to comm.HugePageBytes
+// use the rings (bcastGap, cmaGap). No verdict for it: nothing changes
+// (the rings, and the allgather's single copy from SingleCopyMin).
 func (e *Engine) applyProbe(v probeVerdicts) {
 	if !v.low && !v.mid && !v.gather {
 		return
 	}
-	if v.low || v.mid {
-		lo := probeMin
-		if !v.low {
-			lo = probeMidMin
+	switch {
+	case v.low:
+		e.bcastCMA = [2]int{probeMin, math.MaxInt}
+		if !v.mid {
+			e.bcastGap = [2]int{probeBcastSplit, comm.HugePageBytes}
 		}
-		e.bcastCMA = [2]int{lo, math.MaxInt}
+	case v.mid:
+		e.bcastCMA = [2]int{probeBcastSplit, math.MaxInt}
 	}
 	switch {
 	case v.gather:
@@ -176,10 +189,10 @@ func (e *Engine) probeFP(k int, op comm.OpType, n, root int) comm.Fingerprint {
 }
 
 // probeSingleCopy times, on rank 1 of a two-rank mesh, probeOps
-// broadcasts of probeBytes from rank 0 through the rings (broadcastTree)
-// and as many by cross-memory attach (broadcastCMA), each batch between
-// two one-step barriers, in two timed rounds of each after an untimed
-// one; then the same at probeMidBytes; then allgathers of probeBytes
+// broadcasts of probeBcastBytes from rank 0 through the rings
+// (broadcastTree) and as many by cross-memory attach (broadcastCMA),
+// each batch between two one-step barriers, in two timed rounds of each
+// after an untimed one; then the same at probeMidBytes; then allgathers of probeBytes
 // gathered, through the rings (ringAllGather) and by cross-memory attach
 // (allgatherCMA). For each it reports whether the single copy's median
 // op was the faster (probeVerdict). Rank 1 decides and sends its
@@ -192,7 +205,7 @@ func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpTyp
 		m.Begin(transport.OpCtx{FP: fp(k, op, n, root)})
 	}
 	verdicts := []byte{0, 0, 0}
-	for i, size := range []int{probeBytes, probeMidBytes} {
+	for i, size := range []int{probeBcastBytes, probeMidBytes} {
 		ring, single := probeBroadcasts(m, c, size)
 		rings, singles, err := probeTimes(m, begin, comm.OpBroadcast, size, ring, single)
 		if err != nil {
