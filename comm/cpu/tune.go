@@ -295,6 +295,14 @@ func probeTimes(m *transport.Mesh, begin func(op comm.OpType, n, root int), op c
 			if err := run(); err != nil {
 				return nil, nil, err
 			}
+			// A barrier after each op, in its time: otherwise the root
+			// of a ring broadcast runs ahead, and rank 1 timed only its
+			// reads of what was already in its ring, while a single
+			// copy's op (and an op of the engine, in a loop of them)
+			// waits for both sides.
+			if err := barrier(); err != nil {
+				return nil, nil, err
+			}
 			switch {
 			case round < 2:
 			case cma:
