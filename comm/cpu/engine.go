@@ -49,14 +49,13 @@ type Engine struct {
 	// bcastCMA is the range of broadcast sizes that take the single copy
 	// (useBroadcastCMA): broadcastCMAWindow(size), which tests move.
 	bcastCMA [2]int
-	// cmaGap and bcastGap are ranges of sizes, [gap[0], gap[1]), in
-	// which the allgather (cmaGap) and the broadcast (bcastGap) do not
-	// take the single copy though they would otherwise: set by the
-	// two-rank probe (applyProbe) where the single copy won below
-	// probeMidMin (allgathers) or probeBcastSplit (broadcasts) but lost
-	// at probeMidBytes; empty ({0, 0}) otherwise.
-	cmaGap, bcastGap [2]int
-	wg               sync.WaitGroup // transport helper goroutines that touch shm memory
+	// cmaGap is a range of sizes, [cmaGap[0], cmaGap[1]), in which
+	// neither the broadcast nor the allgather takes the single copy
+	// though it would otherwise: set by the two-rank probe (applyProbe)
+	// where the single copy won at probeBytes but lost at probeMidBytes;
+	// empty ({0, 0}) otherwise.
+	cmaGap [2]int
+	wg     sync.WaitGroup // transport helper goroutines that touch shm memory
 
 	qmu     sync.Mutex
 	queue   []task

@@ -366,15 +366,10 @@ func (e *Engine) useCMA(nbytes int) bool {
 		e.opts.SingleCopyMin > 0 && nbytes >= e.opts.SingleCopyMin && !e.inCMAGap(nbytes)
 }
 
-// inCMAGap reports whether an allgather of nbytes lies in the sizes the
-// probe found the single copy slower at (Engine.cmaGap).
+// inCMAGap reports whether nbytes lies in the sizes the probe found the
+// single copy slower at (Engine.cmaGap).
 func (e *Engine) inCMAGap(nbytes int) bool {
 	return nbytes >= e.cmaGap[0] && nbytes < e.cmaGap[1]
-}
-
-// inBcastGap is inCMAGap for broadcasts (Engine.bcastGap).
-func (e *Engine) inBcastGap(nbytes int) bool {
-	return nbytes >= e.bcastGap[0] && nbytes < e.bcastGap[1]
 }
 
 // noCMA turns the single-copy transfers off for this group after one
@@ -388,13 +383,13 @@ func (e *Engine) noCMA(err error) {
 // a broadcast of nbytes among ranks on this host over shm (the group
 // segment exists), from e.bcastCMA[0] to e.bcastCMA[1]
 // (broadcastCMAWindow: three ranks only) and outside the probe's gap
-// (bcastGap), unless cross-memory attach is
+// (cmaGap), unless cross-memory attach is
 // off (Options.SingleCopyMin negative, or a read failed: cmaOff). Every
 // input is the same on every rank that launched the same op (cmaOff
 // changes on every rank for the same op), so all choose alike.
 func (e *Engine) useBroadcastCMA(nbytes int) bool {
 	return e.grp != nil && !e.inCoalesced && !e.cmaOff && e.opts.SingleCopyMin > 0 &&
-		nbytes >= e.bcastCMA[0] && nbytes <= e.bcastCMA[1] && !e.inBcastGap(nbytes)
+		nbytes >= e.bcastCMA[0] && nbytes <= e.bcastCMA[1] && !e.inCMAGap(nbytes)
 }
 
 // broadcastCMAWindow is the range of broadcast sizes, in bytes, that

@@ -37,8 +37,12 @@ import (
 //     paired ratio of the means against the rings 1.14 at 64 KiB, 0.82
 //     at 128 KiB, 0.84 at 256 KiB, 0.98 at 512 KiB, 1.30 at 1 MiB. The
 //     broadcast's single copy won below 256 KiB and was level there (30
-//     rounds, the window forced): 0.84 at 64 KiB, 0.61 at 128 KiB, 0.83
-//     at 192 KiB, 1.00 at 256 KiB.
+//     and 20 rounds, the window forced): 0.84 at 64 KiB, 0.58-0.61 at
+//     128 KiB, 0.83 at 192 KiB, 0.96-1.00 at 256 KiB, 1.08 at 512 KiB.
+//     The probe had timed each op without a barrier after it, so that a
+//     ring broadcast's root ran ahead and rank 1 timed only its reads:
+//     it found the rings faster at 128 KiB in 6 of 8 starts, with the
+//     barrier in 0 of 18.
 //
 // So a group of two ranks in two processes on one host measures both at
 // its creation (probeSingleCopy): broadcasts at 128 KiB and at 1 MiB,
@@ -49,13 +53,12 @@ import (
 // unless set).
 
 const (
-	// probeBcastBytes is the first broadcast size the probe times, and
-	// probeBcastSplit the size from which the second (probeMidBytes)
-	// decides for broadcasts instead: the first decides from probeMin.
-	// Until session 23 the first was 256 KiB, where the two ways were
-	// level on the VM of 2026-12-07 and its verdict went either way.
+	// probeBcastBytes is the first broadcast size the probe times; its
+	// verdict decides from probeMin to probeMidMin. Until session 23 it
+	// was 256 KiB, where the two ways were level on the VM of 2026-12-07
+	// (paired ratio 0.96-1.00) and the verdict went either way, while
+	// at 128 KiB the single copy won by 0.58-0.61.
 	probeBcastBytes = 128 << 10
-	probeBcastSplit = 256 << 10
 	// probeBytes is the allgather's size the probe times (bytes
 	// gathered), and probeOps how many of each kind it runs per round
 	// (three rounds of each way, at each probe). On the VM of 2026-12-07
@@ -71,9 +74,8 @@ const (
 	// where the broadcast gains, and the allgather below it is not tuned.
 	probeMin = 64 << 10
 	// probeMidBytes is the second broadcast size the probe times, and
-	// probeMidMin the smallest allgather that its verdict decides for
-	// (broadcasts: from probeBcastSplit): up to comm.HugePageBytes (2
-	// MiB), where the buffers
+	// probeMidMin the smallest broadcast and allgather that its verdict
+	// decides for: up to comm.HugePageBytes (2 MiB), where the buffers
 	// of comm.NewHostBuffer have 4 KiB pages, as the probe's have, and
 	// the single copy's kernel pins every one of them. On the
 	// development VM on 2026-12-06 the single copy lost at 1 MiB in both
@@ -142,16 +144,16 @@ type probeVerdicts struct {
 }
 
 // applyProbe applies the probe's verdicts v. Broadcasts: low decides
-// from probeMin to probeBcastSplit, mid from probeBcastSplit to
+// from probeMin to probeMidMin, mid from probeMidMin to
 // comm.HugePageBytes, and from comm.HugePageBytes up broadcasts take the
 // single copy if either was for it (their buffers then have huge pages,
 // the single copy's best case). Allgathers: gather decides from
 // probeGatherMin to probeMidMin, mid from probeMidMin to
 // comm.HugePageBytes, and from Options.SingleCopyMin up they take it as
-// without a probe. Where the single copy is taken below the split but
-// mid was against it, the sizes from the split to comm.HugePageBytes
-// use the rings (bcastGap, cmaGap). No verdict for it: nothing changes
-// (the rings, and the allgather's single copy from SingleCopyMin).
+// without a probe. Where the single copy is taken below probeMidMin but
+// mid was against it, the sizes from probeMidMin to comm.HugePageBytes
+// use the rings (cmaGap). No verdict for it: nothing changes (the rings,
+// and the allgather's single copy from SingleCopyMin).
 func (e *Engine) applyProbe(v probeVerdicts) {
 	if !v.low && !v.mid && !v.gather {
 		return
@@ -159,11 +161,8 @@ func (e *Engine) applyProbe(v probeVerdicts) {
 	switch {
 	case v.low:
 		e.bcastCMA = [2]int{probeMin, math.MaxInt}
-		if !v.mid {
-			e.bcastGap = [2]int{probeBcastSplit, comm.HugePageBytes}
-		}
 	case v.mid:
-		e.bcastCMA = [2]int{probeBcastSplit, math.MaxInt}
+		e.bcastCMA = [2]int{probeMidMin, math.MaxInt}
 	}
 	switch {
 	case v.gather:

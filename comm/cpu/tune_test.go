@@ -29,11 +29,11 @@ func probeBoth(g *group) [2]error {
 }
 
 // checkTwoRankTransfers runs broadcasts (from each root) and allgathers
-// of sizes around probeMin, probeGatherMin and probeBcastSplit and up to
-// 1 MiB on a two-rank group and checks every result.
+// of sizes around probeMin and probeGatherMin and up to 1 MiB on a
+// two-rank group and checks every result.
 func checkTwoRankTransfers(t *testing.T, g *group, rng *rand.Rand) {
 	t.Helper()
-	for _, nbytes := range []int{probeMin - 4, probeMin, probeGatherMin, probeBcastSplit - 4, 300_004, 1 << 20} {
+	for _, nbytes := range []int{probeMin - 4, probeMin, probeGatherMin, 300_004, 1 << 20} {
 		for root := range 2 {
 			checkBroadcast(t, g, rng, comm.Float32, nbytes/4, root, fmt.Sprintf("broadcast of %d bytes", nbytes))
 		}
@@ -106,31 +106,31 @@ func TestProbeSingleCopy(t *testing.T) {
 		// The sizes that take the single copy after each set of verdicts:
 		// bcast for broadcasts, gather for allgathers (from
 		// SingleCopyMin's default, 2 MiB, the allgather always does).
-		const split, mid, huge = probeBcastSplit, probeMidMin, comm.HugePageBytes
+		const mid, huge = probeMidMin, comm.HugePageBytes
 		for _, c := range []struct {
 			v             probeVerdicts
 			bcast, gather map[int]bool
 		}{
 			{probeVerdicts{low: true},
-				map[int]bool{probeMin - 1: false, probeMin: true, split - 1: true, split: false, huge - 1: false, huge: true},
+				map[int]bool{probeMin - 1: false, probeMin: true, mid - 1: true, mid: false, huge - 1: false, huge: true},
 				map[int]bool{probeMin: false, probeGatherMin: false, mid - 1: false, mid: false, huge - 1: false, huge: true}},
 			{probeVerdicts{mid: true},
-				map[int]bool{probeMin: false, split - 1: false, split: true, huge - 1: true, huge: true},
+				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge - 1: true, huge: true},
 				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge - 1: true, huge: true}},
 			{probeVerdicts{low: true, mid: true},
-				map[int]bool{probeMin - 1: false, probeMin: true, split: true, mid: true, huge: true},
+				map[int]bool{probeMin - 1: false, probeMin: true, mid: true, huge: true},
 				map[int]bool{probeGatherMin: false, mid - 1: false, mid: true, huge: true}},
 			{probeVerdicts{gather: true},
-				map[int]bool{probeMin: false, split: false, mid: false, huge - 1: false, huge: false},
+				map[int]bool{probeMin: false, mid: false, huge - 1: false, huge: false},
 				map[int]bool{probeMin: false, probeGatherMin - 1: false, probeGatherMin: true, mid - 1: true, mid: false, huge - 1: false, huge: true}},
 			{probeVerdicts{low: true, gather: true},
-				map[int]bool{probeMin: true, split - 1: true, split: false, mid: false, huge: true},
+				map[int]bool{probeMin: true, mid - 1: true, mid: false, huge: true},
 				map[int]bool{probeMin: false, probeGatherMin: true, mid - 1: true, mid: false, huge: true}},
 			{probeVerdicts{mid: true, gather: true},
-				map[int]bool{probeMin: false, split - 1: false, split: true, huge: true},
+				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge: true},
 				map[int]bool{probeGatherMin - 1: false, probeGatherMin: true, mid: true, huge - 1: true, huge: true}},
 			{probeVerdicts{},
-				map[int]bool{probeMin: false, split: false, mid: false, huge - 1: false},
+				map[int]bool{probeMin: false, mid: false, huge - 1: false},
 				map[int]bool{probeMin: false, probeGatherMin: false, mid: false, huge - 1: false, huge: true}},
 		} {
 			g := newGroup(t, 2, Options{Transport: TransportSHM})
