@@ -42,7 +42,7 @@ import (
 //     The probe had timed each op without a barrier after it, so that a
 //     ring broadcast's root ran ahead and rank 1 timed only its reads:
 //     it found the rings faster at 128 KiB in 6 of 8 starts, with the
-//     barrier in 0 of 18.
+//     barrier in 1 of 24.
 //
 // So a group of two ranks in two processes on one host measures both at
 // its creation (probeSingleCopy): broadcasts at 128 KiB and at 1 MiB,
@@ -62,8 +62,8 @@ const (
 	// probeBytes is the allgather's size the probe times (bytes
 	// gathered), and probeOps how many of each kind it runs per round
 	// (three rounds of each way, at each probe). On the VM of 2026-12-07
-	// the whole probe, broadcasts at 256 KiB then, took 17.6-26.3 ms (7
-	// starts), the allgathers' part 2.4-5.0 ms of it.
+	// the whole probe took 16.4-23.0 ms (6 starts); the allgathers' part
+	// took 2.4-5.0 ms before each op had a barrier after it.
 	probeBytes = 256 << 10
 	probeOps   = 8
 	// probeMin is the smallest broadcast and allgather that take the
