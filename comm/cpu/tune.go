@@ -189,14 +189,14 @@ func (e *Engine) probeFP(k int, op comm.OpType, n, root int) comm.Fingerprint {
 
 // probeSingleCopy times, on rank 1 of a two-rank mesh, probeOps
 // broadcasts of probeBcastBytes from rank 0 through the rings
-// (broadcastTree) and as many by cross-memory attach (broadcastCMA),
-// each batch between two one-step barriers, in two timed rounds of each
-// after an untimed one; then the same at probeMidBytes; then allgathers of probeBytes
-// gathered, through the rings (ringAllGather) and by cross-memory attach
-// (allgatherCMA). For each it reports whether the single copy's median
-// op was the faster (probeVerdict). Rank 1 decides and sends its
-// verdicts in a one-step broadcast, so both ranks return the same. fp
-// names the probe's k-th op.
+// (broadcastTree) and as many by cross-memory attach (broadcastCMA), in
+// two timed rounds of each after an untimed one (probeTimes); then the
+// same at probeMidBytes; then allgathers of probeBytes gathered, through
+// the rings (ringAllGather) and by cross-memory attach (allgatherCMA).
+// For each it reports whether the single copy's median op was the faster
+// (probeVerdict). Rank 1 decides and sends its verdicts in a one-step
+// broadcast, so both ranks return the same. fp names the probe's k-th
+// op.
 func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpType, n, root int) comm.Fingerprint) (probeVerdicts, error) {
 	k := 0
 	begin := func(op comm.OpType, n, root int) {
@@ -270,8 +270,10 @@ func probeAllGathers(m *transport.Mesh, c *cmaSide, size int) (ring, single func
 }
 
 // probeTimes runs the probe's rounds of one op (op, of n bytes, through
-// ring or by single; probeSingleCopy) and returns each timed op's time
-// on this rank, through the rings and by the single copy.
+// ring or by single; probeSingleCopy): each round a one-step barrier,
+// then probeOps ops of one way, each timed on this rank with a one-step
+// barrier after it. It returns the timed ops' times, through the rings
+// and by the single copy.
 func probeTimes(m *transport.Mesh, begin func(op comm.OpType, n, root int), op comm.OpType, n int, ring, single func() error) (rings, singles []time.Duration, err error) {
 	barrier := func() error {
 		begin(comm.OpBroadcast, 0, 0)
