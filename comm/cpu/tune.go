@@ -31,51 +31,43 @@ import (
 //     states seen and were faster or level at 512 KiB (probeMidBytes).
 //
 //   - On the same VM on 2026-12-07 (a round trip of 430-520 ns), the
-//     allgather's single copy won at 128 and 256 KiB where the
-//     broadcast's verdict there went either way (4 of 10 starts for the
-//     single copy), and lost at 64 KiB and 1 MiB: 2 ranks, 15 rounds,
-//     paired ratio of the means against the rings 1.14 at 64 KiB, 0.82
-//     at 128 KiB, 0.84 at 256 KiB, 0.98 at 512 KiB, 1.30 at 1 MiB. The
-//     broadcast's single copy won below 256 KiB and was level there (30
-//     and 20 rounds, the window forced): 0.84 at 64 KiB, 0.58-0.61 at
-//     128 KiB, 0.83 at 192 KiB, 0.96-1.00 at 256 KiB, 1.08 at 512 KiB.
-//     The probe had timed each op without a barrier after it, so that a
-//     ring broadcast's root ran ahead and rank 1 timed only its reads:
-//     it found the rings faster at 128 KiB in 6 of 8 starts, with the
-//     barrier in 1 of 24.
+//     broadcast's single copy won below 256 KiB and was level there in
+//     loops of 100 ops (30 and 20 rounds, the window forced; paired
+//     ratio of the means against the rings): 0.84 at 64 KiB, 0.58-0.61
+//     at 128 KiB, 0.83 at 192 KiB, 0.96-1.00 at 256 KiB, 1.08 at 512
+//     KiB. In loops of 1000 ops the rings caught up from 128 KiB: 0.84
+//     at 64 KiB, 0.98 at 128 KiB, 1.07 at 256 KiB, 1.03 at 512 KiB. The
+//     allgather's single copy, decided by its own probe at 256 KiB, won
+//     at 128-256 KiB in loops of 30-100 ops (0.82-0.95) but not in loops
+//     of 1000 (1.00-1.04 at 128 KiB, 1.08-1.12 at 256 KiB), and lost at
+//     64 KiB (1.14-1.19 in loops of 30). Before each probed op had a
+//     barrier after it (probeTimes), the probe found the rings faster at
+//     128 KiB in 6 of 8 starts; since, in 1 of 24.
 //
-// So a group of two ranks in two processes on one host measures both at
-// its creation (probeSingleCopy): broadcasts at 128 KiB and at 1 MiB,
-// and allgathers at 256 KiB, and takes the faster at each (applyProbe):
-// a broadcast verdict for the single copy widens it to broadcasts of
-// those sizes, and the allgather's verdict (or, from 512 KiB, the 1 MiB
-// broadcast's) lowers the allgather's threshold (Options.SingleCopyMin,
-// unless set).
+// So a group of two ranks in two processes on one host measures both
+// ways of a broadcast at its creation (probeSingleCopy), at 128 KiB and
+// at 1 MiB, and takes the faster at each (applyProbe): a verdict for the
+// single copy widens it to broadcasts of those sizes, and the 1 MiB
+// verdict lowers the allgather's threshold (Options.SingleCopyMin, unless
+// set) to probeMidMin. Below that the allgather keeps the rings.
 
 const (
 	// probeBcastBytes is the first broadcast size the probe times; its
 	// verdict decides from probeMin to probeMidMin. Until session 23 it
 	// was 256 KiB, where the two ways were level on the VM of 2026-12-07
-	// (paired ratio 0.96-1.00) and the verdict went either way, while
-	// at 128 KiB the single copy won by 0.58-0.61.
+	// (paired ratio 0.96-1.00) and the verdict went either way. probeOps
+	// is how many ops of each way the probe runs per round (three rounds
+	// of each way, at each size). On the VM of 2026-12-07 the whole probe
+	// took 15.3-18.8 ms (6 starts).
 	probeBcastBytes = 128 << 10
-	// probeBytes is the allgather's size the probe times (bytes
-	// gathered), and probeOps how many of each kind it runs per round
-	// (three rounds of each way, at each probe). On the VM of 2026-12-07
-	// the whole probe took 16.4-23.0 ms (6 starts); the allgathers' part
-	// took 2.4-5.0 ms before each op had a barrier after it.
-	probeBytes = 256 << 10
-	probeOps   = 8
-	// probeMin is the smallest broadcast and allgather that take the
-	// single copy when the probe finds it faster. At 32 KiB, on the VM
-	// where it won, the one-step broadcast was level with it (3.6-4.1 µs
-	// against 3.0-4.0) but the one-step allgather was not (4.0-4.7
-	// against 3.4-3.5); the one threshold of both stays at the size
-	// where the broadcast gains, and the allgather below it is not tuned.
+	probeOps        = 8
+	// probeMin is the smallest broadcast that takes the single copy when
+	// the probe finds it faster. At 32 KiB, on the VM where it won, the
+	// one-step broadcast was level with it (3.6-4.1 µs against 3.0-4.0).
 	probeMin = 64 << 10
 	// probeMidBytes is the second broadcast size the probe times, and
 	// probeMidMin the smallest broadcast and allgather that its verdict
-	// decides for: up to comm.HugePageBytes (2 MiB), where the buffers
+	// decides for, up to comm.HugePageBytes (2 MiB), where the buffers
 	// of comm.NewHostBuffer have 4 KiB pages, as the probe's have, and
 	// the single copy's kernel pins every one of them. On the
 	// development VM on 2026-12-06 the single copy lost at 1 MiB in both
@@ -90,12 +82,6 @@ const (
 	// both sizes.
 	probeMidBytes = 1 << 20
 	probeMidMin   = 512 << 10
-	// probeGatherMin is the smallest allgather (bytes gathered) that takes
-	// the single copy after the allgather's verdict (at probeBytes) was
-	// for it: on the VM of 2026-12-07 it lost at 64 KiB (1.14-1.19× the
-	// rings) and won at 128 KiB (0.81-0.82) in the same rounds. (On the VM
-	// of 2026-11-28 it won at 64 KiB too: 4.6-5.7 against 6.6-7.3 µs.)
-	probeGatherMin = 128 << 10
 )
 
 // probeWanted reports whether the group probes (tuneSingleCopy): two
@@ -130,47 +116,38 @@ func (e *Engine) tuneSingleCopy() error {
 		return err
 	}
 	e.applyProbe(v)
-	e.log.Debug().Bool("single_copy_128k", v.low).Bool("single_copy_1m", v.mid).Bool("single_copy_allgather_256k", v.gather).
-		Msg("cpu engine: two-rank transfer probe")
+	e.log.Debug().Bool("single_copy_128k", v.low).Bool("single_copy_1m", v.mid).Msg("cpu engine: two-rank transfer probe")
 	return nil
 }
 
 // probeVerdicts are the two-rank probe's verdicts (probeSingleCopy),
 // each whether the single copy was the faster: low, broadcasts of
-// probeBcastBytes; mid, broadcasts of probeMidBytes; gather, allgathers
-// of probeBytes gathered.
+// probeBcastBytes; mid, broadcasts of probeMidBytes.
 type probeVerdicts struct {
-	low, mid, gather bool
+	low, mid bool
 }
 
 // applyProbe applies the probe's verdicts v. Broadcasts: low decides
 // from probeMin to probeMidMin, mid from probeMidMin to
 // comm.HugePageBytes, and from comm.HugePageBytes up broadcasts take the
 // single copy if either was for it (their buffers then have huge pages,
-// the single copy's best case). Allgathers: gather decides from
-// probeGatherMin to probeMidMin, mid from probeMidMin to
-// comm.HugePageBytes, and from Options.SingleCopyMin up they take it as
-// without a probe. Where the single copy is taken below probeMidMin but
-// mid was against it, the sizes from probeMidMin to comm.HugePageBytes
-// use the rings (cmaGap). No verdict for it: nothing changes (the rings,
-// and the allgather's single copy from SingleCopyMin).
+// the single copy's best case). Allgathers: mid decides from
+// probeMidMin to comm.HugePageBytes; from Options.SingleCopyMin (2 MiB)
+// up they take it as without a probe, and below probeMidMin they keep
+// the rings. Where low was for the single copy and mid against it, the
+// broadcasts from probeMidMin to comm.HugePageBytes use the rings
+// (cmaGap). Neither: nothing changes.
 func (e *Engine) applyProbe(v probeVerdicts) {
-	if !v.low && !v.mid && !v.gather {
-		return
-	}
 	switch {
 	case v.low:
 		e.bcastCMA = [2]int{probeMin, math.MaxInt}
 	case v.mid:
 		e.bcastCMA = [2]int{probeMidMin, math.MaxInt}
 	}
-	switch {
-	case v.gather:
-		e.opts.SingleCopyMin = min(e.opts.SingleCopyMin, probeGatherMin)
-	case v.mid:
+	if v.mid {
 		e.opts.SingleCopyMin = min(e.opts.SingleCopyMin, probeMidMin)
 	}
-	if (v.low || v.gather) && !v.mid {
+	if v.low && !v.mid {
 		e.cmaGap = [2]int{probeMidMin, comm.HugePageBytes}
 	}
 }
@@ -191,19 +168,17 @@ func (e *Engine) probeFP(k int, op comm.OpType, n, root int) comm.Fingerprint {
 // broadcasts of probeBcastBytes from rank 0 through the rings
 // (broadcastTree) and as many by cross-memory attach (broadcastCMA), in
 // two timed rounds of each after an untimed one (probeTimes); then the
-// same at probeMidBytes; then allgathers of probeBytes gathered, through
-// the rings (ringAllGather) and by cross-memory attach (allgatherCMA).
-// For each it reports whether the single copy's median op was the faster
-// (probeVerdict). Rank 1 decides and sends its verdicts in a one-step
-// broadcast, so both ranks return the same. fp names the probe's k-th
-// op.
+// same at probeMidBytes. For each size it reports whether the single
+// copy's median op was the faster (probeVerdict). Rank 1 decides and
+// sends its verdicts in a one-step broadcast, so both ranks return the
+// same. fp names the probe's k-th op.
 func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpType, n, root int) comm.Fingerprint) (probeVerdicts, error) {
 	k := 0
 	begin := func(op comm.OpType, n, root int) {
 		k++
 		m.Begin(transport.OpCtx{FP: fp(k, op, n, root)})
 	}
-	verdicts := []byte{0, 0, 0}
+	verdicts := []byte{0, 0}
 	for i, size := range []int{probeBcastBytes, probeMidBytes} {
 		ring, single := probeBroadcasts(m, c, size)
 		rings, singles, err := probeTimes(m, begin, comm.OpBroadcast, size, ring, single)
@@ -214,19 +189,11 @@ func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpTyp
 			verdicts[i] = 1
 		}
 	}
-	ring, single := probeAllGathers(m, c, probeBytes)
-	rings, singles, err := probeTimes(m, begin, comm.OpAllGather, probeBytes, ring, single)
-	if err != nil {
-		return probeVerdicts{}, err
-	}
-	if m.Rank() == 1 && probeVerdict(rings, singles) {
-		verdicts[2] = 1
-	}
 	begin(comm.OpBroadcast, len(verdicts), 1)
 	if err := broadcastFlat(m, verdicts, 1); err != nil {
 		return probeVerdicts{}, err
 	}
-	return probeVerdicts{low: verdicts[0] == 1, mid: verdicts[1] == 1, gather: verdicts[2] == 1}, nil
+	return probeVerdicts{low: verdicts[0] == 1, mid: verdicts[1] == 1}, nil
 }
 
 // probeBroadcasts returns the probe's two ways of one broadcast of size
@@ -245,27 +212,6 @@ func probeBroadcasts(m *transport.Mesh, c *cmaSide, size int) (ring, single func
 		return m.Flush()
 	}
 	single = func() error { return broadcastCMA(m, buf, 0, c) }
-	return ring, single
-}
-
-// probeAllGathers returns the probe's two ways of one allgather of size
-// bytes gathered (size/2 from each rank): through the rings, and by the
-// single copy.
-func probeAllGathers(m *transport.Mesh, c *cmaSide, size int) (ring, single func() error) {
-	r := m.Rank()
-	mine := make([]byte, size/2)
-	for i := range mine {
-		mine[i] = byte(i + r)
-	}
-	blocks := [][]byte{make([]byte, size/2), make([]byte, size/2)}
-	ring = func() error {
-		copy(blocks[r], mine)
-		if err := ringAllGather(m, blocks, 0); err != nil {
-			return err
-		}
-		return m.Flush()
-	}
-	single = func() error { return allgatherCMA(m, blocks, mine, c) }
 	return ring, single
 }
 

@@ -29,11 +29,11 @@ func probeBoth(g *group) [2]error {
 }
 
 // checkTwoRankTransfers runs broadcasts (from each root) and allgathers
-// of sizes around probeMin and probeGatherMin and up to 1 MiB on a
-// two-rank group and checks every result.
+// of sizes around probeMin, probeBcastBytes and probeMidMin and up to
+// 1 MiB on a two-rank group and checks every result.
 func checkTwoRankTransfers(t *testing.T, g *group, rng *rand.Rand) {
 	t.Helper()
-	for _, nbytes := range []int{probeMin - 4, probeMin, probeGatherMin, 300_004, 1 << 20} {
+	for _, nbytes := range []int{probeMin - 4, probeMin, probeBcastBytes, 300_004, probeMidMin, 1 << 20} {
 		for root := range 2 {
 			checkBroadcast(t, g, rng, comm.Float32, nbytes/4, root, fmt.Sprintf("broadcast of %d bytes", nbytes))
 		}
@@ -45,8 +45,8 @@ func checkTwoRankTransfers(t *testing.T, g *group, rng *rand.Rand) {
 // both ranks (the windows of the single copy equal), and the group's
 // broadcasts and allgathers are right after it; a probe whose single copy
 // is slow (a read that sleeps) picks the rings on both; a verdict for the
-// single copy makes both take it from probeMin, broadcast and allgather,
-// with the right results; a refused read in the probe turns the single
+// single copy makes both take it from probeMin (broadcasts) and
+// probeMidMin (allgathers), with the right results; a refused read in the probe turns the single
 // copy off on both ranks, and the ops after it are right.
 func TestProbeSingleCopy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 1))
@@ -77,7 +77,7 @@ func TestProbeSingleCopy(t *testing.T) {
 		}
 		same(t, g)
 		for r, e := range g.engines {
-			if e.useBroadcastCMA(1<<20) || e.useCMA(1<<20) || e.useBroadcastCMA(probeBcastBytes) || e.useCMA(probeBytes) {
+			if e.useBroadcastCMA(1<<20) || e.useCMA(1<<20) || e.useBroadcastCMA(probeBcastBytes) {
 				t.Fatalf("rank %d takes the single copy after a probe that found it slower", r)
 			}
 		}
@@ -85,11 +85,11 @@ func TestProbeSingleCopy(t *testing.T) {
 	t.Run("single copy taken", func(t *testing.T) {
 		g := newGroup(t, 2, Options{Transport: TransportSHM})
 		for _, e := range g.engines {
-			e.applyProbe(probeVerdicts{low: true, mid: true, gather: true})
-			if !e.useBroadcastCMA(probeMin) || e.useBroadcastCMA(probeMin-1) || !e.useCMA(probeGatherMin) || e.useCMA(probeGatherMin-1) {
+			e.applyProbe(probeVerdicts{low: true, mid: true})
+			if !e.useBroadcastCMA(probeMin) || e.useBroadcastCMA(probeMin-1) || !e.useCMA(probeMidMin) || e.useCMA(probeMidMin-1) {
 				t.Fatalf("after verdicts for the single copy: broadcast at %d %v, at %d %v; allgather at %d %v, at %d %v",
 					probeMin, e.useBroadcastCMA(probeMin), probeMin-1, e.useBroadcastCMA(probeMin-1),
-					probeGatherMin, e.useCMA(probeGatherMin), probeGatherMin-1, e.useCMA(probeGatherMin-1))
+					probeMidMin, e.useCMA(probeMidMin), probeMidMin-1, e.useCMA(probeMidMin-1))
 			}
 			if !e.useBroadcastCMA(math.MaxInt32) {
 				t.Fatal("the single copy's broadcast window stops below 2 GiB")
@@ -113,25 +113,16 @@ func TestProbeSingleCopy(t *testing.T) {
 		}{
 			{probeVerdicts{low: true},
 				map[int]bool{probeMin - 1: false, probeMin: true, mid - 1: true, mid: false, huge - 1: false, huge: true},
-				map[int]bool{probeMin: false, probeGatherMin: false, mid - 1: false, mid: false, huge - 1: false, huge: true}},
+				map[int]bool{probeMin: false, probeBcastBytes: false, mid - 1: false, mid: false, huge - 1: false, huge: true}},
 			{probeVerdicts{mid: true},
 				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge - 1: true, huge: true},
 				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge - 1: true, huge: true}},
 			{probeVerdicts{low: true, mid: true},
 				map[int]bool{probeMin - 1: false, probeMin: true, mid: true, huge: true},
-				map[int]bool{probeGatherMin: false, mid - 1: false, mid: true, huge: true}},
-			{probeVerdicts{gather: true},
-				map[int]bool{probeMin: false, mid: false, huge - 1: false, huge: false},
-				map[int]bool{probeMin: false, probeGatherMin - 1: false, probeGatherMin: true, mid - 1: true, mid: false, huge - 1: false, huge: true}},
-			{probeVerdicts{low: true, gather: true},
-				map[int]bool{probeMin: true, mid - 1: true, mid: false, huge: true},
-				map[int]bool{probeMin: false, probeGatherMin: true, mid - 1: true, mid: false, huge: true}},
-			{probeVerdicts{mid: true, gather: true},
-				map[int]bool{probeMin: false, mid - 1: false, mid: true, huge: true},
-				map[int]bool{probeGatherMin - 1: false, probeGatherMin: true, mid: true, huge - 1: true, huge: true}},
+				map[int]bool{probeMin: false, probeBcastBytes: false, mid - 1: false, mid: true, huge: true}},
 			{probeVerdicts{},
 				map[int]bool{probeMin: false, mid: false, huge - 1: false},
-				map[int]bool{probeMin: false, probeGatherMin: false, mid: false, huge - 1: false, huge: true}},
+				map[int]bool{probeMin: false, probeBcastBytes: false, mid: false, huge - 1: false, huge: true}},
 		} {
 			g := newGroup(t, 2, Options{Transport: TransportSHM})
 			for _, e := range g.engines {
