@@ -180,8 +180,7 @@ func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpTyp
 	}
 	verdicts := []byte{0, 0}
 	for i, size := range []int{probeBcastBytes, probeMidBytes} {
-		ring, single := probeBroadcasts(m, c, size)
-		rings, singles, err := probeTimes(m, begin, comm.OpBroadcast, size, ring, single)
+		rings, singles, err := probeTimes(m, c, begin, size)
 		if err != nil {
 			return probeVerdicts{}, err
 		}
@@ -196,37 +195,24 @@ func probeSingleCopy(m *transport.Mesh, c *cmaSide, fp func(k int, op comm.OpTyp
 	return probeVerdicts{low: verdicts[0] == 1, mid: verdicts[1] == 1}, nil
 }
 
-// probeBroadcasts returns the probe's two ways of one broadcast of size
-// bytes from rank 0: through the rings, and by the single copy.
-func probeBroadcasts(m *transport.Mesh, c *cmaSide, size int) (ring, single func() error) {
+// probeTimes runs the probe's rounds at one size (probeSingleCopy):
+// each round a one-step barrier, then probeOps broadcasts of size bytes
+// from rank 0 one way, each timed on this rank with a one-step barrier
+// after it. It returns the timed ops' times, through the rings and by
+// the single copy.
+func probeTimes(m *transport.Mesh, c *cmaSide, begin func(op comm.OpType, n, root int), size int) (rings, singles []time.Duration, err error) {
 	buf := make([]byte, size)
 	if m.Rank() == 0 {
 		for i := range buf {
 			buf[i] = byte(i)
 		}
 	}
-	ring = func() error {
-		if err := broadcastTree(m, buf, 0); err != nil {
-			return err
-		}
-		return m.Flush()
-	}
-	single = func() error { return broadcastCMA(m, buf, 0, c) }
-	return ring, single
-}
-
-// probeTimes runs the probe's rounds of one op (op, of n bytes, through
-// ring or by single; probeSingleCopy): each round a one-step barrier,
-// then probeOps ops of one way, each timed on this rank with a one-step
-// barrier after it. It returns the timed ops' times, through the rings
-// and by the single copy.
-func probeTimes(m *transport.Mesh, begin func(op comm.OpType, n, root int), op comm.OpType, n int, ring, single func() error) (rings, singles []time.Duration, err error) {
 	barrier := func() error {
 		begin(comm.OpBroadcast, 0, 0)
 		return broadcastFlat(m, nil, 0)
 	}
-	// Rounds 0 and 1 warm up (the pages of the buffers and of the
-	// rings); rounds 2-5 are timed.
+	// Rounds 0 and 1 warm up (the pages of buf and of the rings);
+	// rounds 2-5 are timed.
 	for round := range 6 {
 		cma := round%2 == 1
 		if err := barrier(); err != nil {
@@ -234,12 +220,13 @@ func probeTimes(m *transport.Mesh, begin func(op comm.OpType, n, root int), op c
 		}
 		for range probeOps {
 			t0 := time.Now()
-			begin(op, n, 0)
-			run := ring
+			begin(comm.OpBroadcast, size, 0)
 			if cma {
-				run = single
+				err = broadcastCMA(m, buf, 0, c)
+			} else if err = broadcastTree(m, buf, 0); err == nil {
+				err = m.Flush()
 			}
-			if err := run(); err != nil {
+			if err != nil {
 				return nil, nil, err
 			}
 			// A barrier after each op, in its time: otherwise the root
