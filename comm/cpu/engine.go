@@ -90,6 +90,12 @@ type Engine struct {
 	// abortClaimed, if set (tests), runs in Abort between the claim of
 	// the running op's seq and the notice to the peers.
 	abortClaimed func()
+	// aborting is claimed by the first Abort; abortDone is closed once
+	// that Abort has returned. A later, concurrent Abort (the watchdog
+	// relaying a peer's echo of this rank's own abort, say) waits for it
+	// instead of stopping the engine with its own reason first.
+	aborting  atomic.Bool
+	abortDone chan struct{}
 	// peerClosed[p] is set when peer p told us it destroyed the group.
 	peerClosed []atomic.Pointer[error]
 	stopErr    atomic.Pointer[error] // AbortedError or ErrClosed, once stopped
@@ -136,7 +142,8 @@ func New(ctx context.Context, cfg comm.BackendConfig, opts Options) (*Engine, er
 	}
 	e := &Engine{
 		cfg: cfg, opts: opts, ctl: transport.NewCtl(), qwake: make(chan struct{}, 1), done: make(chan struct{}),
-		kick: time.NewTimer(time.Hour), slotBroadcastMin: slotBroadcastMinFor(cfg.Size), cma: newCMASide(),
+		abortDone: make(chan struct{}),
+		kick:      time.NewTimer(time.Hour), slotBroadcastMin: slotBroadcastMinFor(cfg.Size), cma: newCMASide(),
 		bcastCMA: broadcastCMAWindow(cfg.Size),
 		log:      cfg.Log.With().Str("engine", "cpu").Str("group", cfg.Group).Uint32("epoch", cfg.Epoch).Int("group_rank", cfg.Rank).Logger(),
 	}
@@ -423,11 +430,18 @@ func (e *Engine) pop() task {
 // 200 ms until the live peers have recorded it, so that no op a peer
 // starts after Abort returned can use data this rank sent before. It then
 // raises the stop flag shm waits poll, so blocked ops return within
-// milliseconds. Idempotent; safe from any goroutine (ncclCommAbort).
+// milliseconds. Idempotent; safe from any goroutine (ncclCommAbort): the
+// first call's reason is the one the ops fail with, and a concurrent
+// later call returns once the first has.
 func (e *Engine) Abort(reason error) {
 	if e.stopped() != nil {
 		return
 	}
+	if !e.aborting.CompareAndSwap(false, true) {
+		<-e.abortDone
+		return
+	}
+	defer close(e.abortDone)
 	e.ctl.Aborting.Store(true)
 	e.ending.Store(true)
 	e.claimRunningOp()

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -405,6 +406,55 @@ func TestAbortClaimsRunningOp(t *testing.T) {
 				t.Fatalf("rank 1's next op: got %v, want a RemoteAbortError naming rank 0 at seq 1", err)
 			}
 		})
+	}
+}
+
+// TestAbortFirstReasonStands: a second Abort that comes while the first
+// is still telling the peers (the watchdog relaying a peer's echo of this
+// rank's own abort, as a cancelled ctx's abort once met in CI) neither
+// replaces the first one's reason nor returns before it: the in-flight op
+// fails with the first reason.
+func TestAbortFirstReasonStands(t *testing.T) {
+	g := newGroup(t, 2, Options{Transport: TransportSHM})
+	const count = 4
+	fp := comm.Fingerprint{Group: comm.GroupHash(g.name), Seq: 1, Op: comm.OpAllReduce, DType: comm.Float32, Count: count, Root: -1, RedOp: comm.RedSum}
+	w0 := launch(g.engines[0], &comm.Op{FP: fp, Type: comm.OpAllReduce, Reduce: comm.Sum, In: []comm.Buffer{comm.HostBuffer(make([]float32, count))}})
+	first, echo := errors.New("first reason"), errors.New("echo of the first")
+	claimed, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	g.engines[0].abortClaimed = func() {
+		if held.CompareAndSwap(false, true) { // the first Abort only
+			close(claimed)
+			<-release
+		}
+	}
+	firstDone := make(chan struct{})
+	go func() {
+		g.engines[0].Abort(first)
+		close(firstDone)
+	}()
+	<-claimed
+	echoDone := make(chan struct{})
+	go func() {
+		g.engines[0].Abort(echo)
+		close(echoDone)
+	}()
+	select {
+	case <-echoDone:
+		close(release)
+		t.Fatalf("the second Abort returned while the first was still telling the peers (op: %v)", w0.Err())
+	case <-time.After(50 * time.Millisecond):
+	}
+	if w0.IsCompleted() {
+		close(release)
+		t.Fatalf("the op completed (%v) before the first Abort told the peers", w0.Err())
+	}
+	close(release)
+	<-firstDone
+	<-echoDone
+	err := waitT(t, w0, 5*time.Second)
+	if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, first) || errors.Is(err, echo) {
+		t.Fatalf("op: got %v, want ErrAborted with the first reason", err)
 	}
 }
 
