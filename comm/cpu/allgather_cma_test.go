@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -47,33 +48,74 @@ func TestAllGatherCMA(t *testing.T) {
 	}
 }
 
-// TestAllGatherCMAFallback: when one rank's reads fail (the kernel
-// refuses, or the pid names another process than the peer's, as in
-// another pid namespace), both ranks still gather right, through the
-// rings, and both stop using the single copy; the next allgather runs
-// through the rings from the start.
+// TestAllGatherCMAFallback: when one rank's single copy fails (the
+// kernel refuses the token's read or the write, or the pid names another
+// process than the peer's, as in another pid namespace), both ranks still
+// gather right, through the rings, and both stop using the single copy;
+// the next allgather runs through the rings from the start. A rank that
+// could not verify its peer's token writes nothing into that process.
 func TestAllGatherCMAFallback(t *testing.T) {
 	other := uint64(42) // a token that is not the peer's
-	for name, read := range map[string]func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error){
-		"refused": func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error) { return 0, syscall.EPERM },
-		"other process": func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error) {
+	type cmaCall = func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error)
+	refused := func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error) { return 0, syscall.EPERM }
+	for name, c := range map[string]struct {
+		read, write cmaCall
+		writes      bool // the failing rank gets as far as the write
+	}{
+		"read refused": {read: refused},
+		"other process": {read: func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error) {
 			remote[0].Base = uintptr(unsafe.Pointer(&other))
 			return unix.ProcessVMReadv(pid, local, remote, flags)
-		},
+		}},
+		"write refused": {write: refused, writes: true},
 	} {
 		for failing := range 2 {
 			t.Run(fmt.Sprintf("%s/rank%d", name, failing), func(t *testing.T) {
 				g := newGroup(t, 2, Options{Transport: TransportSHM, SingleCopyMin: 4096})
-				g.engines[failing].cma.read = read
+				cma := &g.engines[failing].cma
+				if c.read != nil {
+					cma.read = c.read
+				}
+				var writes atomic.Int32
+				write := cma.write
+				if c.write != nil {
+					write = c.write
+				}
+				cma.write = func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error) {
+					writes.Add(1)
+					return write(pid, local, remote, flags)
+				}
 				checkAllGather(t, g, 4099, outOne)
+				if got := writes.Load() > 0; got != c.writes {
+					t.Fatalf("rank %d wrote into its peer: %v, want %v", failing, got, c.writes)
+				}
 				for r, e := range g.engines {
 					if !e.cmaOff || e.useCMA(1<<20) {
-						t.Fatalf("rank %d still takes the single copy after rank %d's reads failed", r, failing)
+						t.Fatalf("rank %d still takes the single copy after rank %d's failed", r, failing)
 					}
 				}
 				checkAllGather(t, g, 4099, outList)
 			})
 		}
+	}
+}
+
+// TestCMAVerifyOnce: a rank reads its peer's token back once, before its
+// first write, not at every op.
+func TestCMAVerifyOnce(t *testing.T) {
+	g := newGroup(t, 2, Options{Transport: TransportSHM, SingleCopyMin: 4096})
+	var reads atomic.Int32
+	cma := &g.engines[0].cma
+	read := cma.read
+	cma.read = func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error) {
+		reads.Add(1)
+		return read(pid, local, remote, flags)
+	}
+	for range 3 {
+		checkAllGather(t, g, 4099, outOne)
+	}
+	if n := reads.Load(); n != 1 || g.engines[0].cmaOff {
+		t.Fatalf("rank 0 read its peer's token %d times in 3 allgathers (single copy off: %v), want once", n, g.engines[0].cmaOff)
 	}
 }
 
