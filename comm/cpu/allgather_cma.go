@@ -92,18 +92,41 @@ func (c *cmaSide) writeDescribed(d, src []byte, p int) error {
 	if err := c.verify(pid, uintptr(binary.LittleEndian.Uint64(d[8:])), binary.LittleEndian.Uint64(d[16:])); err != nil {
 		return err
 	}
-	addr := uintptr(binary.LittleEndian.Uint64(d[24:]))
-	for done := 0; done < len(src); {
-		local := []unix.Iovec{{Base: &src[done], Len: uint64(len(src) - done)}}
-		remote := []unix.RemoteIovec{{Base: addr + uintptr(done), Len: len(src) - done}}
-		k, err := c.write(pid, local, remote, 0)
+	return moveRest(c.write, "process_vm_writev to", pid, uintptr(binary.LittleEndian.Uint64(d[24:])), src, 0)
+}
+
+// cmaCall is process_vm_readv or process_vm_writev (or a test's stand-in).
+type cmaCall = func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error)
+
+// moveRest moves buf from byte done on to or from the bytes at addr+done
+// in process pid with call, as often as it takes (a call may move less
+// than asked); what names the call in errors ("process_vm_readv from").
+func moveRest(call cmaCall, what string, pid int, addr uintptr, buf []byte, done int) error {
+	for done < len(buf) {
+		local := []unix.Iovec{{Base: &buf[done], Len: uint64(len(buf) - done)}}
+		remote := []unix.RemoteIovec{{Base: addr + uintptr(done), Len: len(buf) - done}}
+		k, err := call(pid, local, remote, 0)
 		if err != nil {
-			return fmt.Errorf("process_vm_writev to pid %d: %w", pid, err)
+			return fmt.Errorf("%s pid %d: %w", what, pid, err)
 		}
 		if k <= 0 {
-			return fmt.Errorf("process_vm_writev to pid %d: no progress at byte %d of %d", pid, done, len(src))
+			return fmt.Errorf("%s pid %d: no progress at byte %d of %d", what, pid, done, len(buf))
 		}
 		done += k
+	}
+	return nil
+}
+
+// tokenRead checks a process_vm_readv from pid whose first 8 bytes were
+// the peer's token (got, against token): it returned k bytes or err.
+func tokenRead(pid, k int, err error, got, token uint64) error {
+	switch {
+	case err != nil:
+		return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
+	case k < 8:
+		return fmt.Errorf("process_vm_readv from pid %d: read %d bytes", pid, k)
+	case got != token:
+		return fmt.Errorf("pid %d is not the peer's process (another pid namespace?)", pid)
 	}
 	return nil
 }
@@ -122,13 +145,8 @@ func (c *cmaSide) verify(pid int, tokAddr uintptr, token uint64) error {
 	local := []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&got[0])), Len: 8}}
 	remote := []unix.RemoteIovec{{Base: tokAddr, Len: 8}}
 	k, err := c.read(pid, local, remote, 0)
-	switch {
-	case err != nil:
-		return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
-	case k < 8:
-		return fmt.Errorf("process_vm_readv from pid %d: read %d bytes", pid, k)
-	case got[0] != token:
-		return fmt.Errorf("pid %d is not the peer's process (another pid namespace?)", pid)
+	if err := tokenRead(pid, k, err, got[0], token); err != nil {
+		return err
 	}
 	c.verified = verifiedPeer{pid: pid, tokAddr: tokAddr, token: token}
 	return nil
@@ -239,8 +257,7 @@ type cmaSide struct {
 	token *[1]uint64
 	// read is process_vm_readv and write process_vm_writev; tests
 	// replace them.
-	read  func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error)
-	write func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error)
+	read, write cmaCall
 	// verified is the peer process whose token verify last found.
 	verified verifiedPeer
 }
@@ -266,25 +283,8 @@ func (c *cmaSide) readBlock(pid int, tokAddr uintptr, token uint64, addr uintptr
 	local := []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&got[0])), Len: 8}, {Base: &dst[0], Len: uint64(len(dst))}}
 	remote := []unix.RemoteIovec{{Base: tokAddr, Len: 8}, {Base: addr, Len: len(dst)}}
 	k, err := c.read(pid, local, remote, 0)
-	switch {
-	case err != nil:
-		return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
-	case k < 8:
-		return fmt.Errorf("process_vm_readv from pid %d: read %d bytes", pid, k)
-	case got[0] != token:
-		return fmt.Errorf("pid %d is not the peer's process (another pid namespace?)", pid)
+	if err := tokenRead(pid, k, err, got[0], token); err != nil {
+		return err
 	}
-	for done := k - 8; done < len(dst); {
-		local := []unix.Iovec{{Base: &dst[done], Len: uint64(len(dst) - done)}}
-		remote := []unix.RemoteIovec{{Base: addr + uintptr(done), Len: len(dst) - done}}
-		k, err := c.read(pid, local, remote, 0)
-		if err != nil {
-			return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
-		}
-		if k <= 0 {
-			return fmt.Errorf("process_vm_readv from pid %d: no progress at byte %d of %d", pid, done, len(dst))
-		}
-		done += k
-	}
-	return nil
+	return moveRest(c.read, "process_vm_readv from", pid, addr, dst, k-8)
 }

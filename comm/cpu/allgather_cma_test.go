@@ -56,7 +56,6 @@ func TestAllGatherCMA(t *testing.T) {
 // could not verify its peer's token writes nothing into that process.
 func TestAllGatherCMAFallback(t *testing.T) {
 	other := uint64(42) // a token that is not the peer's
-	type cmaCall = func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error)
 	refused := func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error) { return 0, syscall.EPERM }
 	for name, c := range map[string]struct {
 		read, write cmaCall
