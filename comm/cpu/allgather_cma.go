@@ -9,59 +9,81 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ranktree/ranktree/comm"
 )
 
-// allgatherCMA is the single-copy allgather of the two processes of a
-// group on one host (Open MPI's vader BTL with its CMA single-copy
-// mechanism; Options.SingleCopyMin). Each rank publishes through the
-// group segment's slots where, in its output, the peer's block goes
-// (process id, address, length, and the address and value of its
-// engine's token), copies its own block into place, and, once it has
-// checked the peer's slot (the same op: the slots compare fingerprints),
-// writes its input straight into the peer's output with
-// process_vm_writev (cross-memory attach, Linux 3.2). It then publishes
-// whether its write succeeded and waits for the peer's word, so that no
-// rank returns, and lets its output be used, while the peer still writes
-// into it, or its input change while it is being copied. Each byte
-// crosses once, copied by the kernel, against twice through a
-// shared-memory ring (into it, out of it).
+// allgatherCMA is the single-copy allgather among the processes of one
+// host (Open MPI's vader BTL with its CMA single-copy mechanism; used for
+// two ranks, Options.SingleCopyMin). Every rank publishes through the
+// group segment's slots where its block lies (process id, address,
+// length, and the address and value of its engine's token), copies its
+// own block into its output, and reads every peer's block straight from
+// the peer's memory into its output with process_vm_readv (cross-memory
+// attach, Linux 3.2). It then publishes whether its reads succeeded and
+// waits until every rank has, so that no rank returns, and lets its
+// buffers be used, while a peer still reads them. Each byte crosses once,
+// copied by the kernel, against twice through a shared-memory ring (into
+// it, out of it). A rank only ever reads a peer's memory, never writes
+// it, so a peer that gave up the op (an abort) and reuses its buffers
+// cannot have them changed under it.
 //
-// Why a write and not a read: the kernel pins the remote side's pages
-// one 4 KiB page at a time, and the output of a gather of 2 MiB or more
-// from comm.NewHostBuffer lies on huge pages while its input blocks,
-// half as large, may not. On the 2-core VM (2026-12-07) a 1 MiB
-// process_vm_readv from 4 KiB pages took 104.5 µs where the write of the
-// same bytes into a huge page took 56.1 (best of 5 × 400); the allgather
-// read its peer's 1 MiB input block so. Where both sides have the same
-// pages the two cost the same. The write goes to the peer only after
-// this rank read back the peer's token (cmaSide.verify), so it never
-// writes into another process that happens to have the peer's pid.
+// Where its block lies: the input block, or, where only the output can
+// have huge pages (blockFromOutput), the rank's own block of its output,
+// copied there first. The kernel pins the remote side's pages, 4 KiB at
+// a time unless they are huge pages, and that dominates on the 2-core VM
+// (2026-12-07): a 1 MiB process_vm_readv from 4 KiB pages took 104.5 µs,
+// one from huge pages 55.3 (one process, best of 5 × 400).
 //
-// mine is this rank's input block: it stays unchanged until both ranks
-// published their status. blocks[Rank()] receives a copy of it.
-//
-// Both ranks learn both statuses in the second step, so they agree: if
-// either rank's write failed, both return a *cmaError (errCMAFailed)
-// with their own block in place, and the engine moves the data another
-// way (the peer's block of the output may then hold part of the data).
+// All ranks learn every rank's status in the second step, so they agree:
+// if any rank's reads failed, every rank returns a *cmaError (errCMAFailed)
+// with its own block in place, and the engine moves the data another way.
 func allgatherCMA(s Slots, blocks [][]byte, mine []byte, c *cmaSide) error {
-	r := s.Rank()
-	if s.Size() != 2 || len(blocks) != 2 {
-		return fmt.Errorf("cpu engine: the single-copy allgather is for two ranks, not %d", s.Size())
+	r, n := s.Rank(), s.Size()
+	fromOut := blockFromOutput(len(mine), n)
+	src := mine
+	if fromOut {
+		if &blocks[r][0] != &mine[0] {
+			copy(blocks[r], mine) // non-temporal from 1 MiB: the peer reads it from memory
+		}
+		src = blocks[r]
 	}
-	peer := 1 - r
-	desc := c.describe(blocks[peer])
+	desc := c.describe(src)
 	if err := s.Publish(desc[:]); err != nil {
 		return err
 	}
-	copyOwnBlock(blocks[r], mine)
-	d, err := s.Slot(peer, cmaDescBytes)
-	if err != nil {
-		return err
+	if !fromOut {
+		copyOwnBlock(blocks[r], mine)
 	}
-	// The fingerprints matched (Slot checks them), so the blocks' lengths
-	// do too; writeDescribed checks it anyway before it writes.
-	return cmaSettle(s, c.writeDescribed(d, mine, peer))
+	var readErr error
+	for p := range n {
+		if p == r || readErr != nil {
+			continue
+		}
+		d, err := s.Slot(p, cmaDescBytes)
+		if err != nil {
+			return err
+		}
+		// The fingerprints matched (Slot checks them), so the blocks'
+		// lengths do too; a different one is a bug.
+		readErr = c.readDescribed(d, blocks[p], p)
+	}
+	return cmaSettle(s, readErr)
+}
+
+// blockFromOutput reports whether the ranks of an allgather of n blocks
+// of blockBytes each publish their own block of the output rather than
+// their input block (allgatherCMA): where the blocks are smaller than a
+// huge page and the output is not, so that comm.NewHostBuffer gives the
+// output huge pages and may give the input none. Copying the own block
+// first then comes before the peer can read it, which costs more than it
+// saves once the input blocks have huge pages too. 2 ranks, 2026-12-07,
+// scripts/bench-ab.sh, 100 ops after 10, mean µs in the far state (155
+// runs each), own output block against input block: 2 MiB gathered 77.1
+// against 127.0 (155 of 160 rounds won), 4 MiB 157.8 against 142.6 (44
+// of 160), 8 MiB 294.1 against 274.9 (47 of 160).
+func blockFromOutput(blockBytes, n int) bool {
+	return blockBytes > 0 && blockBytes < comm.HugePageBytes && blockBytes*n >= comm.HugePageBytes
 }
 
 // describe is the descriptor (cmaDescBytes) of buf that a rank publishes
@@ -78,80 +100,6 @@ func (c *cmaSide) describe(buf []byte) [cmaDescBytes]byte {
 	return d
 }
 
-// writeDescribed writes src into the buffer that rank p described in d
-// (describe), whose length must be len(src), once the token d names
-// proved that the pid is the peer's process (verify).
-func (c *cmaSide) writeDescribed(d, src []byte, p int) error {
-	if l := binary.LittleEndian.Uint64(d[32:]); l != uint64(len(src)) {
-		return fmt.Errorf("rank %d published a %d-byte buffer, this rank sends %d", p, l, len(src))
-	}
-	if len(src) == 0 {
-		return nil
-	}
-	pid := int(binary.LittleEndian.Uint64(d[0:]))
-	if err := c.verify(pid, uintptr(binary.LittleEndian.Uint64(d[8:])), binary.LittleEndian.Uint64(d[16:])); err != nil {
-		return err
-	}
-	return moveRest(c.write, "process_vm_writev to", pid, uintptr(binary.LittleEndian.Uint64(d[24:])), src, 0)
-}
-
-// cmaCall is process_vm_readv or process_vm_writev (or a test's stand-in).
-type cmaCall = func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error)
-
-// moveRest moves buf from byte done on to or from the bytes at addr+done
-// in process pid with call, as often as it takes (a call may move less
-// than asked); what names the call in errors ("process_vm_readv from").
-func moveRest(call cmaCall, what string, pid int, addr uintptr, buf []byte, done int) error {
-	for done < len(buf) {
-		local := []unix.Iovec{{Base: &buf[done], Len: uint64(len(buf) - done)}}
-		remote := []unix.RemoteIovec{{Base: addr + uintptr(done), Len: len(buf) - done}}
-		k, err := call(pid, local, remote, 0)
-		if err != nil {
-			return fmt.Errorf("%s pid %d: %w", what, pid, err)
-		}
-		if k <= 0 {
-			return fmt.Errorf("%s pid %d: no progress at byte %d of %d", what, pid, done, len(buf))
-		}
-		done += k
-	}
-	return nil
-}
-
-// tokenRead checks a process_vm_readv from pid whose first 8 bytes were
-// the peer's token (got, against token): it returned k bytes or err.
-func tokenRead(pid, k int, err error, got, token uint64) error {
-	switch {
-	case err != nil:
-		return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
-	case k < 8:
-		return fmt.Errorf("process_vm_readv from pid %d: read %d bytes", pid, k)
-	case got != token:
-		return fmt.Errorf("pid %d is not the peer's process (another pid namespace?)", pid)
-	}
-	return nil
-}
-
-// verify reads the token at tokAddr of process pid and checks that it is
-// token, the value the peer published: then pid is the peer's process,
-// not one with the same pid in another pid namespace, and it may be
-// written to. A process that passed is remembered (its token stays at
-// that address for the engine's life), so a group's later ops verify
-// nothing.
-func (c *cmaSide) verify(pid int, tokAddr uintptr, token uint64) error {
-	if v := c.verified; v.pid == pid && v.tokAddr == tokAddr && v.token == token {
-		return nil
-	}
-	var got [1]uint64
-	local := []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&got[0])), Len: 8}}
-	remote := []unix.RemoteIovec{{Base: tokAddr, Len: 8}}
-	k, err := c.read(pid, local, remote, 0)
-	if err := tokenRead(pid, k, err, got[0], token); err != nil {
-		return err
-	}
-	c.verified = verifiedPeer{pid: pid, tokAddr: tokAddr, token: token}
-	return nil
-}
-
 // readDescribed reads into dst the buffer that rank p described in d
 // (describe), whose length must be len(dst).
 func (c *cmaSide) readDescribed(d, dst []byte, p int) error {
@@ -163,15 +111,14 @@ func (c *cmaSide) readDescribed(d, dst []byte, p int) error {
 }
 
 // cmaSettle is a single-copy op's second step: every rank publishes
-// whether its copy by cross-memory attach succeeded (copyErr nil) and
-// waits for every rank's word, so that no rank returns, and lets its
-// buffers be used, while a peer still reads from or writes into them.
-// All learn every rank's word, so they agree: if any rank's copy failed,
-// every rank returns a *cmaError naming the first such rank
-// (errCMAFailed), and the engine moves the data another way.
-func cmaSettle(s Slots, copyErr error) error {
+// whether its reads succeeded (readErr nil) and waits for every rank's
+// word, so that no rank returns, and lets its buffer change, while a
+// peer still reads it. All learn every rank's word, so they agree: if any
+// rank's reads failed, every rank returns a *cmaError naming the first
+// such rank (errCMAFailed), and the engine moves the data another way.
+func cmaSettle(s Slots, readErr error) error {
 	status := [1]byte{cmaOK}
-	if copyErr != nil {
+	if readErr != nil {
 		status[0] = cmaFailed
 	}
 	if err := s.Publish(status[:]); err != nil {
@@ -188,7 +135,7 @@ func cmaSettle(s Slots, copyErr error) error {
 		}
 	}
 	if failed >= 0 {
-		return &cmaError{Rank: failed, Err: copyErr}
+		return &cmaError{Rank: failed, Err: readErr}
 	}
 	return nil
 }
@@ -231,11 +178,11 @@ const (
 // errCMAFailed: some rank could not read a peer's memory (cmaError).
 var errCMAFailed = errors.New("cross-memory attach failed")
 
-// cmaError says which rank's single copy failed first, in rank order,
-// and, on the rank that returns it, why its own failed.
+// cmaError says which rank's single-copy reads failed first, in rank
+// order, and, on the rank that returns it, why its own failed.
 type cmaError struct {
 	Rank int
-	Err  error // this rank's error; nil if its copy succeeded
+	Err  error // this rank's read error; nil if its reads succeeded
 }
 
 func (e *cmaError) Error() string {
@@ -255,22 +202,12 @@ type cmaSide struct {
 	// reads this process, not one with the same pid in another pid
 	// namespace.
 	token *[1]uint64
-	// read is process_vm_readv and write process_vm_writev; tests
-	// replace them.
-	read, write cmaCall
-	// verified is the peer process whose token verify last found.
-	verified verifiedPeer
-}
-
-// verifiedPeer is a process whose token was read back (cmaSide.verify).
-type verifiedPeer struct {
-	pid     int
-	tokAddr uintptr
-	token   uint64
+	// read is process_vm_readv; tests replace it.
+	read func(pid int, local []unix.Iovec, remote []unix.RemoteIovec, flags uint) (int, error)
 }
 
 func newCMASide() cmaSide {
-	return cmaSide{token: &[1]uint64{rand.Uint64() | 1}, read: unix.ProcessVMReadv, write: unix.ProcessVMWritev}
+	return cmaSide{token: &[1]uint64{rand.Uint64() | 1}, read: unix.ProcessVMReadv}
 }
 
 // readBlock reads the peer's token at tokAddr and len(dst) bytes at addr
@@ -283,8 +220,25 @@ func (c *cmaSide) readBlock(pid int, tokAddr uintptr, token uint64, addr uintptr
 	local := []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&got[0])), Len: 8}, {Base: &dst[0], Len: uint64(len(dst))}}
 	remote := []unix.RemoteIovec{{Base: tokAddr, Len: 8}, {Base: addr, Len: len(dst)}}
 	k, err := c.read(pid, local, remote, 0)
-	if err := tokenRead(pid, k, err, got[0], token); err != nil {
-		return err
+	switch {
+	case err != nil:
+		return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
+	case k < 8:
+		return fmt.Errorf("process_vm_readv from pid %d: read %d bytes", pid, k)
+	case got[0] != token:
+		return fmt.Errorf("pid %d is not the peer's process (another pid namespace?)", pid)
 	}
-	return moveRest(c.read, "process_vm_readv from", pid, addr, dst, k-8)
+	for done := k - 8; done < len(dst); {
+		local := []unix.Iovec{{Base: &dst[done], Len: uint64(len(dst) - done)}}
+		remote := []unix.RemoteIovec{{Base: addr + uintptr(done), Len: len(dst) - done}}
+		k, err := c.read(pid, local, remote, 0)
+		if err != nil {
+			return fmt.Errorf("process_vm_readv from pid %d: %w", pid, err)
+		}
+		if k <= 0 {
+			return fmt.Errorf("process_vm_readv from pid %d: no progress at byte %d of %d", pid, done, len(dst))
+		}
+		done += k
+	}
+	return nil
 }

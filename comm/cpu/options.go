@@ -93,10 +93,10 @@ type Options struct {
 	SlotBytes int
 	// SingleCopyMin is the smallest allgather, in bytes gathered, that a
 	// group of two ranks on this host moves by cross-memory attach
-	// (process_vm_writev; allgather_cma.go): each rank writes its block
-	// straight into the peer's output, one copy instead of two through a
-	// shared-memory ring, as Open MPI's shared-memory BTL does with its
-	// CMA single-copy mechanism. Default (0): 2 MiB
+	// (process_vm_readv; allgather_cma.go): each rank reads its peer's
+	// block straight from the peer's memory, one copy instead of two
+	// through a shared-memory ring, as Open MPI's shared-memory BTL does
+	// with its CMA single-copy mechanism. Default (0): 2 MiB
 	// (singleCopyDefault), except that a group of two ranks in two
 	// processes first times both ways at its creation (tune.go) and, where
 	// the single copy was faster, moves allgathers and broadcasts from 64
@@ -104,7 +104,7 @@ type Options struct {
 	// and with it the single-copy broadcast that three ranks on this host
 	// use from 64 KiB to 1 MiB (broadcast_cma.go). It needs the group
 	// segment (FlatThreshold not disabled, every rank over shm). If a
-	// read or write fails on any rank (a kernel without CMA, ptrace restrictions
+	// read fails on any rank (a kernel without CMA, ptrace restrictions
 	// between the processes, processes in different pid namespaces),
 	// every rank moves that op's data through the rings instead and the
 	// group stops using CMA, with a warning in the log. All ranks must
